@@ -1,0 +1,54 @@
+# Shuttle: `make run` starts the whole system on embedded defaults; `make test` runs the tests.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PROTOS := $(wildcard proto/shuttle/v1/*.proto)
+STUBS  := shuttle/v1/__init__.py
+
+.PHONY: install proto run test test-unit test-integration lint fmt clean
+
+install: $(STAMP) $(STUBS)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+# Generated stubs are build output (see .gitignore): never edit them by hand.
+proto: $(STAMP)
+	@rm -rf shuttle/v1
+	$(PY) -m grpc_tools.protoc -I proto \
+		--plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy \
+		--plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc \
+		--python_out=. --grpc_python_out=. --mypy_out=quiet:. --mypy_grpc_out=quiet:. \
+		$(PROTOS)
+	@touch $(STUBS)
+
+$(STUBS): $(PROTOS) | $(STAMP)
+	@$(MAKE) --no-print-directory proto
+
+run: install
+	$(PY) -m shuttle.cli run
+
+test: install
+	$(PY) -m pytest -q
+
+test-unit: install
+	$(PY) -m pytest -q -m "not integration"
+
+test-integration: install
+	$(PY) -m pytest -q -m integration
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy shuttle services gateway tests
+
+fmt: install
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+clean:
+	rm -rf shuttle/v1 var .pytest_cache .mypy_cache .ruff_cache

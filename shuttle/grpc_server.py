@@ -1,0 +1,97 @@
+"""Bootstrap shared by every gRPC service: aio server, health, reflection, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+log = logging.getLogger(__name__)
+
+Registrar = Callable[[grpc.aio.Server], None]
+Cleanup = Callable[[], Awaitable[None]]
+
+# Keep idle streams (SSE tails can be quiet for minutes) alive through proxies.
+SERVER_OPTIONS = [
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+]
+
+
+class PortInUseError(RuntimeError):
+    pass
+
+
+@dataclass
+class GrpcService:
+    """One gRPC server hosting some shuttle.v1 services plus health and reflection."""
+
+    name: str
+    service_names: Sequence[str]
+    register: Registrar
+    on_stop: Sequence[Cleanup] = field(default_factory=tuple)
+    port: int = 0
+    _server: grpc.aio.Server | None = None
+    _health: health_aio.HealthServicer | None = None
+
+    async def start(self, host: str, port: int, port_variable: str = "") -> int:
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        self.register(server)
+        health = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+        reflection.enable_server_reflection(
+            [*self.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+             reflection.SERVICE_NAME],
+            server,
+        )
+        try:
+            self.port = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as exc:
+            hint = f"; set {port_variable} to another port" if port_variable else ""
+            raise PortInUseError(
+                f"{self.name}: cannot listen on {host}:{port} (already in use?){hint}"
+            ) from exc
+        await server.start()
+        for svc in ("", *self.service_names):
+            await health.set(svc, health_pb2.HealthCheckResponse.SERVING)
+        self._server, self._health = server, health
+        log.info("listening", extra={"service_name": self.name, "host": host, "port": self.port})
+        return self.port
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Report NOT_SERVING, finish in-flight RPCs within `grace`, then run cleanups."""
+        if self._server is None:
+            return
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        await self._server.stop(grace)
+        self._server = None
+        for cleanup in self.on_stop:
+            await cleanup()
+        log.info("stopped", extra={"service_name": self.name})
+
+    async def wait(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+
+async def run_until_signalled(service: GrpcService, host: str, port: int, port_variable: str,
+                              grace: float) -> None:
+    """Serve until SIGTERM or SIGINT, then stop gracefully."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await service.start(host, port, port_variable)
+    await stop.wait()
+    log.info("shutting down", extra={"service_name": service.name})
+    await service.stop(grace)

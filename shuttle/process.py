@@ -1,0 +1,40 @@
+"""Entry point helper for ``python -m services.<name>``: settings, logs, serve."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+
+from shuttle.grpc_server import GrpcService, PortInUseError, run_until_signalled
+from shuttle.settings import Settings, SettingsError, load_settings
+
+ServiceFactory = Callable[[Settings], Awaitable[GrpcService]]
+
+
+def main(service: str, build: ServiceFactory) -> None:
+    """Run one service process; configuration errors exit 2 with a one-line message."""
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"shuttle {service}: {exc}", file=sys.stderr)
+        sys.exit(2)
+    from shuttle.logs import configure_logging
+
+    configure_logging(service, settings.log_level, settings.log_format)
+    host, port = settings.grpc_bind(service)
+
+    async def serve() -> None:
+        grpc_service = await build(settings)
+        await run_until_signalled(
+            grpc_service, host, port, f"SHUTTLE_{service.upper()}_PORT",
+            settings.shutdown_grace_seconds,
+        )
+
+    try:
+        asyncio.run(serve())
+    except PortInUseError as exc:
+        logging.getLogger(service).error(str(exc))
+        print(f"shuttle {service}: {exc}", file=sys.stderr)
+        sys.exit(3)

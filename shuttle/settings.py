@@ -1,0 +1,112 @@
+"""Typed settings, read once per process from ``SHUTTLE_*`` (and ``OPENAI_*``) variables."""
+
+from __future__ import annotations
+
+import ipaddress
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_PORTS = {"events": 50051, "tools": 50052, "planner": 50053, "executor": 50054}
+DEFAULT_GATEWAY_PORT = 8080
+
+
+class AuthMode(StrEnum):
+    OFF = "off"
+    REQUIRED = "required"
+
+
+class SettingsError(Exception):
+    """Raised with a message naming the bad variable."""
+
+
+class Settings(BaseSettings):
+    """Everything a Shuttle process can be configured with. Each service reads what it needs."""
+
+    model_config = SettingsConfigDict(env_prefix="SHUTTLE_", extra="ignore", frozen=True)
+
+    # Where each gRPC service listens, and where clients find it.
+    events_host: str = "127.0.0.1"
+    events_port: int = Field(DEFAULT_PORTS["events"], ge=0, le=65535)
+    tools_host: str = "127.0.0.1"
+    tools_port: int = Field(DEFAULT_PORTS["tools"], ge=0, le=65535)
+    planner_host: str = "127.0.0.1"
+    planner_port: int = Field(DEFAULT_PORTS["planner"], ge=0, le=65535)
+    executor_host: str = "127.0.0.1"
+    executor_port: int = Field(DEFAULT_PORTS["executor"], ge=0, le=65535)
+    # Client targets; empty means "<host>:<port>" of the settings above.
+    events_addr: str = ""
+    tools_addr: str = ""
+    planner_addr: str = ""
+    executor_addr: str = ""
+
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = Field(DEFAULT_GATEWAY_PORT, ge=0, le=65535)
+    auth: AuthMode = AuthMode.OFF
+    default_tenant: str = "default"
+
+    database_url: str = ""
+    data_dir: Path = Path("var")
+    redis_url: str = ""
+
+    # LLM: one OpenAI-compatible endpoint, or the offline demo model when unset.
+    openai_base_url: str = Field(
+        "", validation_alias=AliasChoices("OPENAI_BASE_URL", "SHUTTLE_OPENAI_BASE_URL")
+    )
+    openai_api_key: str = Field(
+        "", validation_alias=AliasChoices("OPENAI_API_KEY", "SHUTTLE_OPENAI_API_KEY")
+    )
+    model: str = ""
+    llm_timeout_seconds: float = Field(120.0, gt=0)
+    llm_max_retries: int = Field(2, ge=0, le=10)
+
+    max_iterations: int = Field(50, ge=1, le=1000)
+    tool_timeout_seconds: float = Field(30.0, gt=0)
+
+    log_level: str = "INFO"
+    log_format: str = Field("json", pattern="^(json|text)$")
+    shutdown_grace_seconds: float = Field(10.0, ge=0)
+
+    def grpc_bind(self, service: str) -> tuple[str, int]:
+        return getattr(self, f"{service}_host"), getattr(self, f"{service}_port")
+
+    def grpc_target(self, service: str) -> str:
+        explicit: str = getattr(self, f"{service}_addr")
+        if explicit:
+            return explicit
+        host, port = self.grpc_bind(service)
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"{host}:{port}"
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'shuttle.db'}"
+
+    @property
+    def uses_demo_model(self) -> bool:
+        return not (self.openai_base_url or self.openai_api_key)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_settings() -> Settings:
+    """Read the environment once; a bad value raises SettingsError naming the variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            variable = field if field.isupper() else f"SHUTTLE_{field.upper()}"
+            problems.append(f"{variable}: {err['msg']} (got {err.get('input')!r})")
+        raise SettingsError("invalid configuration: " + "; ".join(problems)) from None
