@@ -10,9 +10,9 @@ from shuttle.v1 import common_pb2
 _PREFIX = "EVENT_TYPE_"
 
 EVENT_TYPE_NAMES: tuple[str, ...] = tuple(
-    name.removeprefix(_PREFIX)
-    for name in common_pb2.EventType.keys()
-    if name != "EVENT_TYPE_UNSPECIFIED"
+    value.name.removeprefix(_PREFIX)
+    for value in common_pb2.EventType.DESCRIPTOR.values
+    if value.number != 0
 )
 
 # Held only in the hot tier: token-level traffic whose content is repeated by a durable event

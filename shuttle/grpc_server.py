@@ -49,8 +49,11 @@ class GrpcService:
         health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         reflection.enable_server_reflection(
-            [*self.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-             reflection.SERVICE_NAME],
+            [
+                *self.service_names,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ],
             server,
         )
         try:
@@ -84,8 +87,9 @@ class GrpcService:
             await self._server.wait_for_termination()
 
 
-async def run_until_signalled(service: GrpcService, host: str, port: int, port_variable: str,
-                              grace: float) -> None:
+async def run_until_signalled(
+    service: GrpcService, host: str, port: int, port_variable: str, grace: float
+) -> None:
     """Serve until SIGTERM or SIGINT, then stop gracefully."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -28,7 +28,10 @@ def main(service: str, build: ServiceFactory) -> None:
     async def serve() -> None:
         grpc_service = await build(settings)
         await run_until_signalled(
-            grpc_service, host, port, f"SHUTTLE_{service.upper()}_PORT",
+            grpc_service,
+            host,
+            port,
+            f"SHUTTLE_{service.upper()}_PORT",
             settings.shutdown_grace_seconds,
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from enum import StrEnum
 from pathlib import Path
 
@@ -110,3 +111,8 @@ def load_settings() -> Settings:
             variable = field if field.isupper() else f"SHUTTLE_{field.upper()}"
             problems.append(f"{variable}: {err['msg']} (got {err.get('input')!r})")
         raise SettingsError("invalid configuration: " + "; ".join(problems)) from None
+
+
+def child_environment(overrides: dict[str, str]) -> dict[str, str]:
+    """This process's environment plus `overrides`, for the service processes it starts."""
+    return {**os.environ, **overrides}

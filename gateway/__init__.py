@@ -1,0 +1,1 @@
+"""The HTTP/SSE edge: users and browsers meet Shuttle here."""

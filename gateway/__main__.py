@@ -1,0 +1,62 @@
+"""`python -m gateway`: serve the HTTP API with uvicorn."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+
+import uvicorn
+
+from gateway.app import create_app
+from shuttle.logs import configure_logging
+from shuttle.settings import AuthMode, SettingsError, is_loopback, load_settings
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def main() -> None:
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        sys.exit(f"shuttle gateway: {exc}")
+    configure_logging("gateway", settings.log_level, settings.log_format)
+    log = logging.getLogger("gateway")
+    host, port = settings.gateway_host, settings.gateway_port
+    if settings.auth is AuthMode.OFF and not is_loopback(host):
+        sys.exit(
+            f"shuttle gateway: refusing to listen on {host} without authentication; "
+            "set SHUTTLE_AUTH=required or bind SHUTTLE_GATEWAY_HOST to 127.0.0.1"
+        )
+    try:
+        sock = bind_socket(host, port)
+    except OSError as exc:
+        sys.exit(
+            f"shuttle gateway: cannot listen on {host}:{port} ({exc.strerror}); "
+            "set SHUTTLE_GATEWAY_PORT to another port or stop the process using it"
+        )
+    if settings.auth is AuthMode.OFF:
+        log.info("authentication is off: every caller is tenant %r", settings.default_tenant)
+    config = uvicorn.Config(
+        create_app(settings),
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
+    )
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, restores the previous handlers and then
+    # re-raises the signal. With these no-op handlers in place, that re-raise does not kill
+    # the process, so a clean stop exits 0 as the other services do.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""`python -m services.executor`: the ExecutorService process."""
+
+from __future__ import annotations
+
+import logging
+
+from services.executor.grpc_api import ExecutorServicer
+from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
+from services.executor.react import AgentSettings
+from services.executor.runs import RunManager
+from shuttle.grpc_client import open_channel
+from shuttle.grpc_server import GrpcService
+from shuttle.llm.factory import build_llm
+from shuttle.process import main
+from shuttle.settings import Settings
+from shuttle.v1 import events_pb2_grpc, executor_pb2, executor_pb2_grpc, tools_pb2_grpc
+
+log = logging.getLogger("executor")
+
+
+async def build(settings: Settings) -> GrpcService:
+    llm = build_llm(settings)
+    if settings.uses_demo_model:
+        log.info("LLM: the offline DEMO model (deterministic, arithmetic only)")
+    else:
+        log.info("LLM: %s at %s", llm.model or "endpoint default", settings.openai_base_url)
+    events_channel = open_channel(settings.grpc_target("events"))
+    tools_channel = open_channel(settings.grpc_target("tools"))
+    events = events_pb2_grpc.EventServiceStub(events_channel)
+    tools = GrpcToolHost(
+        tools_pb2_grpc.ToolServiceStub(tools_channel), settings.tool_timeout_seconds
+    )
+    runs = RunManager(
+        registry=GrpcWorkflowRegistry(events),
+        sinks=lambda workflow_id, tenant_id: GrpcEventSink(events, workflow_id, tenant_id),
+        tools=tools,
+        llm=llm,
+        settings=AgentSettings(settings.max_iterations, settings.tool_timeout_seconds),
+    )
+
+    async def finish_runs() -> None:
+        await runs.shutdown(settings.shutdown_grace_seconds)
+
+    async def close_channels() -> None:
+        await events_channel.close()
+        await tools_channel.close()
+
+    return GrpcService(
+        name="executor",
+        service_names=[executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"].full_name],
+        register=lambda server: executor_pb2_grpc.add_ExecutorServiceServicer_to_server(
+            ExecutorServicer(runs, events), server
+        ),
+        on_stop=(finish_runs, close_channels),
+    )
+
+
+if __name__ == "__main__":
+    main("executor", build)

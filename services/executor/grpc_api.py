@@ -1,0 +1,120 @@
+"""ExecutorService over gRPC: converts requests to RunRequests and back."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from services.executor.runs import RunManager, RunRequest
+from shuttle.v1 import (
+    common_pb2,
+    events_pb2,
+    events_pb2_grpc,
+    executor_pb2,
+    executor_pb2_grpc,
+)
+
+_MODE_NAMES = {
+    common_pb2.MODE_UNSPECIFIED: "STANDARD",
+    common_pb2.MODE_SIMPLE: "SIMPLE",
+    common_pb2.MODE_STANDARD: "STANDARD",
+}
+
+
+async def _abort_from(context: grpc.aio.ServicerContext, exc: grpc.aio.AioRpcError) -> None:
+    """Pass a downstream failure on with its code and a message naming where it came from."""
+    await context.abort(exc.code(), f"events service: {exc.details()}")
+
+
+class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
+    def __init__(self, runs: RunManager, events: events_pb2_grpc.EventServiceStub) -> None:
+        self._runs = runs
+        self._events = events
+
+    async def _start(
+        self, request: executor_pb2.StartRunRequest, context: grpc.aio.ServicerContext
+    ) -> str:
+        if not request.query.strip():
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "query must not be empty")
+        if request.mode == common_pb2.MODE_COMPLEX:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "mode COMPLEX (DAG planning) is not implemented yet; use SIMPLE or STANDARD",
+            )
+        run = RunRequest(
+            query=request.query,
+            tenant_id=request.tenant_id,
+            owner=request.owner,
+            session_id=request.session_id,
+            mode=_MODE_NAMES.get(request.mode, "STANDARD"),
+        )
+        try:
+            return await self._runs.start(run)
+        except grpc.aio.AioRpcError as exc:
+            await _abort_from(context, exc)
+            raise
+
+    async def StartRun(
+        self, request: executor_pb2.StartRunRequest, context: grpc.aio.ServicerContext
+    ) -> executor_pb2.StartRunResponse:
+        workflow_id = await self._start(request, context)
+        return executor_pb2.StartRunResponse(
+            workflow_id=workflow_id, status=common_pb2.WORKFLOW_STATUS_PENDING
+        )
+
+    async def Run(
+        self, request: executor_pb2.StartRunRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[common_pb2.Event]:
+        workflow_id = await self._start(request, context)
+        stream = self._events.Stream(
+            events_pb2.StreamRequest(
+                workflow_id=workflow_id, tenant_id=request.tenant_id, from_seq=1
+            )
+        )
+        async for event in stream:
+            yield event
+
+    async def GetRun(
+        self, request: executor_pb2.GetRunRequest, context: grpc.aio.ServicerContext
+    ) -> executor_pb2.RunInfo:
+        try:
+            wf = await self._events.GetWorkflow(
+                events_pb2.GetWorkflowRequest(
+                    workflow_id=request.workflow_id, tenant_id=request.tenant_id
+                )
+            )
+        except grpc.aio.AioRpcError as exc:
+            await _abort_from(context, exc)
+            raise
+        return executor_pb2.RunInfo(
+            workflow_id=wf.workflow_id,
+            status=wf.status,
+            query=wf.query,
+            result=wf.result,
+            error=wf.error,
+            usage=wf.usage,
+            created_at=wf.created_at,
+            updated_at=wf.updated_at,
+            duration_ms=wf.duration_ms,
+            last_seq=wf.last_seq,
+            session_id=wf.session_id,
+        )
+
+    async def Control(
+        self, request: executor_pb2.ControlRequest, context: grpc.aio.ServicerContext
+    ) -> executor_pb2.ControlResponse:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "ExecutorService.Control (pause/resume/cancel) is not implemented yet",
+        )
+        raise AssertionError("unreachable")
+
+    async def Interrupt(
+        self, request: executor_pb2.InterruptRequest, context: grpc.aio.ServicerContext
+    ) -> executor_pb2.InterruptResponse:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "ExecutorService.Interrupt (user follow-ups mid-run) is not implemented yet",
+        )
+        raise AssertionError("unreachable")

@@ -1,0 +1,115 @@
+"""Adapters from the executor's ports to the events and tools services over gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+
+import grpc
+
+from services.executor.ports import EventDraft, ToolDefinition, ToolInvocation, ToolOutcome
+from services.executor.runs import RunRequest
+from shuttle.envelope import type_value
+from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc, tools_pb2, tools_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+# Transient outages of the events service (a restart) are ridden out, not fatal to the run.
+APPEND_ATTEMPTS = 5
+APPEND_BACKOFF_SECONDS = 0.2
+
+
+class GrpcWorkflowRegistry:
+    def __init__(self, stub: events_pb2_grpc.EventServiceStub) -> None:
+        self._stub = stub
+
+    async def create(self, request: RunRequest) -> str:
+        workflow = await self._stub.CreateWorkflow(
+            events_pb2.CreateWorkflowRequest(
+                tenant_id=request.tenant_id,
+                owner=request.owner,
+                query=request.query,
+                session_id=request.session_id,
+            )
+        )
+        return str(workflow.workflow_id)
+
+
+class GrpcEventSink:
+    """Appends to one workflow's log through EventService.Append."""
+
+    def __init__(
+        self, stub: events_pb2_grpc.EventServiceStub, workflow_id: str, tenant_id: str
+    ) -> None:
+        self._stub = stub
+        self._workflow_id = workflow_id
+        self._tenant_id = tenant_id
+
+    async def append(self, drafts: Sequence[EventDraft]) -> Sequence[int]:
+        request = events_pb2.AppendRequest(
+            workflow_id=self._workflow_id,
+            tenant_id=self._tenant_id,
+            events=[
+                common_pb2.EventDraft(
+                    type=type_value(d.type),
+                    agent_id=d.agent_id,
+                    message=d.message,
+                    payload_json=json.dumps(d.payload, ensure_ascii=False),
+                )
+                for d in drafts
+            ],
+        )
+        for attempt in range(1, APPEND_ATTEMPTS + 1):
+            try:
+                response = await self._stub.Append(request)
+                return list(response.seqs)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt == APPEND_ATTEMPTS:
+                    raise
+                log.warning(
+                    "events service unavailable, retrying append",
+                    extra={"workflow_id": self._workflow_id, "attempt": attempt},
+                )
+                await asyncio.sleep(APPEND_BACKOFF_SECONDS * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")
+
+
+class GrpcToolHost:
+    """The tool service as the engine's ToolHost; RPC failures become error outcomes."""
+
+    def __init__(self, stub: tools_pb2_grpc.ToolServiceStub, timeout_seconds: float) -> None:
+        self._stub = stub
+        # Headroom over the tool's own limit so the tool service reports its timeout first.
+        self._deadline = timeout_seconds + 5.0
+
+    async def list_tools(self, tenant_id: str) -> Sequence[ToolDefinition]:
+        response = await self._stub.ListTools(tools_pb2.ListToolsRequest(tenant_id=tenant_id))
+        return [
+            ToolDefinition(t.name, t.description, json.loads(t.parameters_json or "{}"))
+            for t in response.tools
+        ]
+
+    async def execute(self, call: ToolInvocation) -> ToolOutcome:
+        request = tools_pb2.ExecuteRequest(
+            workflow_id=call.workflow_id,
+            tenant_id=call.tenant_id,
+            call_id=call.call_id,
+            tool_name=call.name,
+            arguments_json=call.arguments_json,
+            agent_id=call.agent_id,
+        )
+        try:
+            response = await self._stub.Execute(request, timeout=self._deadline)
+        except grpc.aio.AioRpcError as exc:
+            message = f"tool {call.name} could not run: {exc.code().name}: {exc.details()}"
+            return ToolOutcome(observation=message, error=message)
+        return ToolOutcome(
+            observation=response.observation,
+            error=response.error,
+            blocked=response.blocked,
+            block_reason=response.block_reason,
+            truncated=response.truncated,
+            duration_ms=response.duration_ms,
+        )

@@ -1,0 +1,237 @@
+"""Turns engine signals into workflow events (the mapping table of DESIGN §3)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from services.executor.ports import EventDraft, EventSink, ToolOutcome
+from shuttle.llm.protocol import ChatResult, TokenUsage
+
+STREAM_RESULT_LIMIT = 2_000
+"""TOOL_OBSERVATION results are cut to this many characters on the stream."""
+
+DELTA_FLUSH_SECONDS = 0.05
+DELTA_FLUSH_COUNT = 32
+
+
+def clip(text: str, limit: int) -> tuple[str, bool]:
+    """Cut on characters, not bytes, so the result is always valid UTF-8."""
+    if len(text) <= limit:
+        return text, False
+    return text[:limit], True
+
+
+def summarize_args(arguments_json: str, limit: int = 80) -> str:
+    """A one-line view of tool arguments for an event's `message`."""
+    try:
+        args = json.loads(arguments_json)
+    except ValueError:
+        return clip(arguments_json, limit)[0]
+    if isinstance(args, dict) and len(args) == 1:
+        (value,) = args.values()
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    else:
+        text = json.dumps(args, ensure_ascii=False)
+    return clip(text, limit)[0]
+
+
+class RunReporter:
+    """Appends one run's events in the order the engine signals them.
+
+    Answer deltas are coalesced into small batches (one Append per ~50 ms instead of one per
+    token); any other event flushes them first, so the log order is the signal order.
+    """
+
+    def __init__(self, sink: EventSink) -> None:
+        self._sink = sink
+        self._lock = asyncio.Lock()
+        self._deltas: list[EventDraft] = []
+        self._flush_timer: asyncio.Task[None] | None = None
+
+    async def emit(self, draft: EventDraft) -> None:
+        async with self._lock:
+            await self._flush_deltas_locked()
+            await self._sink.append([draft])
+
+    async def _emit(
+        self, type_: str, message: str, payload: Mapping[str, Any], agent_id: str = ""
+    ) -> None:
+        await self.emit(EventDraft(type_, message, payload, agent_id))
+
+    # -- answer streaming -------------------------------------------------------------------
+
+    async def answer_delta(self, agent_id: str, delta: str, index: int) -> None:
+        draft = EventDraft(
+            "THREAD_MESSAGE_DELTA", "Content chunk", {"delta": delta, "index": index}, agent_id
+        )
+        async with self._lock:
+            self._deltas.append(draft)
+            if len(self._deltas) >= DELTA_FLUSH_COUNT:
+                await self._flush_deltas_locked()
+            elif self._flush_timer is None:
+                self._flush_timer = asyncio.create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(DELTA_FLUSH_SECONDS)
+        async with self._lock:
+            self._flush_timer = None
+            await self._flush_deltas_locked()
+
+    async def _flush_deltas_locked(self) -> None:
+        if self._flush_timer is not None and self._flush_timer is not asyncio.current_task():
+            self._flush_timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flush_timer
+            self._flush_timer = None
+        if self._deltas:
+            batch, self._deltas = self._deltas, []
+            await self._sink.append(batch)
+
+    async def flush(self) -> None:
+        async with self._lock:
+            await self._flush_deltas_locked()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def workflow_started(
+        self, query: str, mode: str, session_id: str, estimated_complexity: float
+    ) -> None:
+        payload = {
+            "query": query,
+            "mode": mode,
+            "session_id": session_id,
+            "estimated_complexity": estimated_complexity,
+        }
+        await self._emit("WORKFLOW_STARTED", "Workflow started", payload)
+
+    async def workflow_completed(
+        self,
+        result: str,
+        duration_ms: int,
+        usage: TokenUsage,
+        agents_used: int,
+        tools_invoked: int,
+    ) -> None:
+        payload = {
+            "result": result,
+            "duration_ms": duration_ms,
+            "total_tokens": usage.total_tokens,
+            "total_cost_usd": round(usage.cost_usd, 6),
+            "agents_used": agents_used,
+            "tools_invoked": tools_invoked,
+        }
+        await self._emit("WORKFLOW_COMPLETED", "Workflow completed successfully", payload)
+
+    async def error(
+        self,
+        error_type: str,
+        error_message: str,
+        *,
+        fatal: bool,
+        agent_id: str = "",
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        payload = {
+            "error_type": error_type,
+            "error_message": error_message,
+            "recoverable": not fatal,
+            "fatal": fatal,
+            **(extra or {}),
+        }
+        await self._emit("ERROR_OCCURRED", error_message[:200], payload, agent_id)
+
+    async def stream_end(self) -> None:
+        await self._emit("STREAM_END", "Stream ended", {})
+
+    # -- agent ------------------------------------------------------------------------------
+
+    async def agent_started(
+        self, agent_id: str, role: str, subtask: str, tools: Sequence[str]
+    ) -> None:
+        payload = {"role": role, "subtask": subtask, "tools_available": list(tools)}
+        await self._emit("AGENT_STARTED", "Agent started", payload, agent_id)
+
+    async def agent_completed(
+        self, agent_id: str, result: str, usage: TokenUsage, duration_ms: int, iterations: int
+    ) -> None:
+        payload = {
+            "result": result,
+            "tokens_used": usage.total_tokens,
+            "cost_usd": round(usage.cost_usd, 6),
+            "duration_ms": duration_ms,
+            "iterations": iterations,
+        }
+        await self._emit("AGENT_COMPLETED", "Agent completed successfully", payload, agent_id)
+
+    async def thinking(
+        self, agent_id: str, iteration: int, status: str, reasoning: str = "", next_action: str = ""
+    ) -> None:
+        payload: dict[str, Any] = {"status": status, "iteration": iteration}
+        if status == "done":
+            payload |= {"thought": reasoning, "reasoning": reasoning, "next_action": next_action}
+        message = "Thinking…" if status == "start" else (reasoning[:120] or "Decided next step")
+        await self._emit("AGENT_THINKING", message, payload, agent_id)
+
+    async def llm_output(self, agent_id: str, result: ChatResult, phase: str) -> None:
+        payload = {
+            "output": result.content,
+            "model": result.model,
+            "provider": result.provider,
+            "usage": result.usage.as_payload(),
+            "cost_usd": round(result.usage.cost_usd, 6),
+            "duration_ms": result.duration_ms,
+            "finish_reason": result.finish_reason,
+            "phase": phase,
+            "tool_calls": [{"id": c.id, "name": c.name} for c in result.tool_calls],
+        }
+        await self._emit("LLM_OUTPUT", "LLM output complete", payload, agent_id)
+
+    async def tool_invoked(
+        self,
+        agent_id: str,
+        iteration: int,
+        call_id: str,
+        tool_name: str,
+        arguments_json: str,
+        timeout_seconds: float,
+    ) -> None:
+        try:
+            tool_args: Any = json.loads(arguments_json)
+        except ValueError:
+            tool_args = arguments_json
+        payload = {
+            "tool_name": tool_name,
+            "tool_args": tool_args,
+            "call_id": call_id,
+            "iteration": iteration,
+            "timeout_seconds": timeout_seconds,
+        }
+        message = f"{tool_name}: {summarize_args(arguments_json)}"
+        await self._emit("TOOL_INVOKED", message, payload, agent_id)
+
+    async def tool_observation(
+        self, agent_id: str, iteration: int, call_id: str, tool_name: str, outcome: ToolOutcome
+    ) -> None:
+        result, clipped = clip(outcome.observation, STREAM_RESULT_LIMIT)
+        payload = {
+            "tool_name": tool_name,
+            "result": result,
+            "duration_ms": outcome.duration_ms,
+            "truncated": clipped or outcome.truncated,
+            "call_id": call_id,
+            "iteration": iteration,
+            "error": outcome.error,
+            "blocked": outcome.blocked,
+        }
+        first_line = outcome.observation.strip().splitlines()[0] if outcome.observation else ""
+        message = f"{tool_name}: {clip(first_line, 80)[0]}"
+        await self._emit("TOOL_OBSERVATION", message, payload, agent_id)
+
+    async def answer_completed(self, agent_id: str, content: str, total_tokens: int) -> None:
+        await self.flush()
+        payload = {"content": content, "total_tokens": total_tokens}
+        await self._emit("THREAD_MESSAGE_COMPLETED", "Message complete", payload, agent_id)

@@ -1,0 +1,119 @@
+"""Runs in the background: create the workflow, drive the agent, close the log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from services.executor.ports import EventSink, ToolHost
+from services.executor.react import AgentSettings, ReActAgent, RunContext
+from services.executor.reporter import RunReporter
+from shuttle.llm.protocol import LLM, LLMError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    query: str
+    tenant_id: str
+    owner: str = ""
+    session_id: str = ""
+    mode: str = "STANDARD"
+
+
+class WorkflowRegistry(Protocol):
+    async def create(self, request: RunRequest) -> str:
+        """Registers a workflow and returns its id."""
+        ...
+
+
+SinkFactory = Callable[[str, str], EventSink]
+"""(workflow_id, tenant_id) -> the sink appending to that workflow's log."""
+
+
+class RunManager:
+    """Starts runs as background tasks; any failure ends the log with ERROR_OCCURRED."""
+
+    def __init__(
+        self,
+        registry: WorkflowRegistry,
+        sinks: SinkFactory,
+        tools: ToolHost,
+        llm: LLM,
+        settings: AgentSettings,
+    ) -> None:
+        self._registry = registry
+        self._sinks = sinks
+        self._tools = tools
+        self._llm = llm
+        self._settings = settings
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    @property
+    def active_runs(self) -> int:
+        return len(self._tasks)
+
+    async def start(self, request: RunRequest) -> str:
+        if not request.query.strip():
+            raise ValueError("query must not be empty")
+        workflow_id = await self._registry.create(request)
+        task = asyncio.create_task(self._execute(workflow_id, request), name=workflow_id)
+        self._tasks[workflow_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(workflow_id, None))
+        return workflow_id
+
+    async def _execute(self, workflow_id: str, request: RunRequest) -> None:
+        reporter = RunReporter(self._sinks(workflow_id, request.tenant_id))
+        started = time.monotonic()
+        try:
+            await reporter.workflow_started(request.query, request.mode, request.session_id, 0.0)
+            agent = ReActAgent(self._llm, self._tools, reporter, self._settings)
+            result = await agent.run(request.query, RunContext(workflow_id, request.tenant_id))
+            await reporter.workflow_completed(
+                result.answer,
+                int((time.monotonic() - started) * 1000),
+                result.usage,
+                agents_used=1,
+                tools_invoked=len(result.steps),
+            )
+        except asyncio.CancelledError:
+            await self._fail(reporter, workflow_id, "SHUTDOWN", "the executor shut down mid-run")
+            raise
+        except LLMError as exc:
+            await self._fail(reporter, workflow_id, "LLM_ERROR", str(exc))
+            return
+        except Exception as exc:
+            log.exception("run failed", extra={"workflow_id": workflow_id})
+            await self._fail(reporter, workflow_id, "INTERNAL", f"{type(exc).__name__}: {exc}")
+            return
+        await self._close(reporter, workflow_id)
+
+    async def _fail(
+        self, reporter: RunReporter, workflow_id: str, error_type: str, message: str
+    ) -> None:
+        try:
+            await reporter.error(error_type, message, fatal=True)
+        except Exception:
+            log.exception("could not record the failure", extra={"workflow_id": workflow_id})
+        await self._close(reporter, workflow_id)
+
+    async def _close(self, reporter: RunReporter, workflow_id: str) -> None:
+        try:
+            await reporter.stream_end()
+        except Exception:
+            log.exception("could not close the log", extra={"workflow_id": workflow_id})
+
+    async def shutdown(self, grace_seconds: float) -> None:
+        """Let runs finish within the grace period, then cancel the rest (their logs say so)."""
+        pending = list(self._tasks.values())
+        if not pending:
+            return
+        _, still_running = await asyncio.wait(pending, timeout=grace_seconds)
+        for task in still_running:
+            task.cancel()
+        await asyncio.gather(*still_running, return_exceptions=True)

@@ -1,0 +1,54 @@
+"""The answer-synthesis prompt: the question plus a compact trace of what the tools returned."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from services.executor.ports import ToolOutcome
+from services.executor.reporter import clip
+from shuttle.llm.protocol import Message
+
+TRACE_RESULT_LIMIT = 2_000
+
+SYNTHESIZER_PROMPT = (
+    "You write the final answer to the user's question from the work an agent has done. "
+    "Present the result directly; use Markdown where it helps; do not describe the process "
+    "or say 'based on the tool output'; answer in the language of the question. "
+    "If the steps failed, say plainly what could not be done."
+)
+
+
+@dataclass(frozen=True)
+class ToolStep:
+    iteration: int
+    name: str
+    arguments_json: str
+    outcome: ToolOutcome
+
+
+def trace_line(number: int, step: ToolStep) -> str:
+    observation = clip(step.outcome.observation, TRACE_RESULT_LIMIT)[0]
+    if not step.outcome.ok:
+        observation = f"error: {observation}"
+    return f"{number}. {step.name}({step.arguments_json}) → {observation}"
+
+
+def synthesis_messages(query: str, steps: Sequence[ToolStep], draft: str) -> list[Message]:
+    trace = "\n".join(trace_line(i, step) for i, step in enumerate(steps, 1)) or "(no tools used)"
+    user = (
+        f"Question: {query}\n\nSteps taken:\n{trace}\n\n"
+        f"Draft answer from the agent:\n{draft or '(none)'}\n\nWrite the final answer."
+    )
+    return [{"role": "system", "content": SYNTHESIZER_PROMPT}, {"role": "user", "content": user}]
+
+
+def fallback_answer(steps: Sequence[ToolStep]) -> str:
+    """What the user gets when the loop ran out of iterations without an answer."""
+    if not steps:
+        return "I could not reach an answer within the allowed number of steps."
+    lines = [f"- {s.name}: {'succeeded' if s.outcome.ok else 'failed'}" for s in steps]
+    return (
+        "I could not reach a final answer within the allowed number of steps. "
+        "Tools that ran:\n" + "\n".join(lines)
+    )

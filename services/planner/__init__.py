@@ -1,0 +1,1 @@
+"""The planner: structured LLM calls, tool selection, DAG plans, plan analysis, routing."""

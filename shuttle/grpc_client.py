@@ -1,0 +1,15 @@
+"""Client channels to other Shuttle services."""
+
+from __future__ import annotations
+
+import grpc
+
+CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+]
+
+
+def open_channel(target: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)

@@ -1,0 +1,59 @@
+"""Starts the five real Shuttle processes on free ports, as `make run` does."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from shuttle.launcher import Supervisor
+from shuttle.settings import Settings
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sockets.append(sock)
+    ports = [s.getsockname()[1] for s in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+@dataclass
+class Stack:
+    supervisor: Supervisor
+    gateway: str
+    grpc_ports: dict[str, int]
+
+    def stop(self) -> dict[str, int | None]:
+        """Stop every process gracefully; their exit codes by name."""
+        processes = dict(self.supervisor.processes)
+        self.supervisor.stop()
+        return {name: process.returncode for name, process in processes.items()}
+
+
+def start_stack(data_dir: Path, openai_base_url: str = "") -> Stack:
+    """All five processes on free ports; an empty `openai_base_url` means the demo model."""
+    events, tools, planner, executor, gateway = free_ports(5)
+    settings = Settings(
+        events_port=events,
+        tools_port=tools,
+        planner_port=planner,
+        executor_port=executor,
+        gateway_port=gateway,
+        data_dir=data_dir,
+    )
+    env = {
+        "OPENAI_BASE_URL": openai_base_url,
+        "OPENAI_API_KEY": "test-key" if openai_base_url else "",
+        "SHUTTLE_DATABASE_URL": "",
+        "SHUTTLE_MODEL": "",
+        "SHUTTLE_LOG_LEVEL": "INFO",
+    }
+    supervisor = Supervisor(settings, data_dir / "logs", extra_env=env)
+    supervisor.start(timeout_seconds=60)
+    ports = {"events": events, "tools": tools, "planner": planner, "executor": executor}
+    return Stack(supervisor, f"http://127.0.0.1:{gateway}", ports)
