@@ -1,0 +1,1 @@
+"""The tool host: catalog, execution (behind hooks, later) and approvals (later)."""

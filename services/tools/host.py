@@ -1,0 +1,248 @@
+"""ToolHost: runs one tool call end to end and turns every failure into a result.
+
+A tool call never raises out of `execute`: unknown tools, bad arguments, tool errors,
+crashes and timeouts all come back as a `ToolCallResult` whose observation tells the
+model what went wrong, so a broken tool can never kill a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema.exceptions import best_match
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+
+from services.tools.catalog import Artifact, Tool, ToolError, ToolOutput, ToolRegistry, ToolSpec
+from services.tools.output import DEFAULT_MAX_OUTPUT_CHARS, truncate
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_SECONDS = 30.0
+# Schema messages quote the offending value, which can be arbitrarily large.
+_MAX_DETAIL_CHARS = 300
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallRequest:
+    """One tool call as the agent asked for it."""
+
+    tool_name: str
+    # JSON text of the arguments object; empty means no arguments ({}).
+    arguments_json: str = ""
+    call_id: str = ""
+    workflow_id: str = ""
+    tenant_id: str = ""
+    agent_id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallResult:
+    """What came of a tool call. `observation` is what the model sees, success or not."""
+
+    call_id: str
+    observation: str
+    # Set when the call failed; the observation then explains the failure to the model.
+    error: str = ""
+    blocked: bool = False
+    block_reason: str = ""
+    truncated: bool = False
+    artifacts: tuple[Artifact, ...] = ()
+    duration_ms: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and not self.blocked
+
+
+@dataclass(frozen=True)
+class _Failure:
+    message: str
+
+
+def _clip(text: str, limit: int = _MAX_DETAIL_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def describe_parameters(schema: dict[str, Any]) -> str:
+    """A one-line summary of an object schema, e.g. "expression (string, required)"."""
+    properties: dict[str, Any] = schema.get("properties") or {}
+    required = set(schema.get("required") or ())
+    parts = []
+    for key, prop in properties.items():
+        kind = prop.get("type", "any") if isinstance(prop, dict) else "any"
+        kind = "/".join(kind) if isinstance(kind, list) else str(kind)
+        parts.append(f"{key} ({kind}{', required' if key in required else ''})")
+    summary = ", ".join(parts) if parts else "no arguments"
+    if schema.get("additionalProperties") is False:
+        summary += "; no other fields"
+    return summary
+
+
+class ToolHost:
+    """Looks tools up, validates arguments, runs the tool with a timeout, shapes the output."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        default_timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+    ) -> None:
+        if not default_timeout_seconds > 0:
+            raise ValueError("default_timeout_seconds must be > 0")
+        if max_output_chars < 1:
+            raise ValueError("max_output_chars must be >= 1")
+        self._registry = registry
+        self._default_timeout = default_timeout_seconds
+        self._max_output_chars = max_output_chars
+        self._validators: dict[str, Validator] = {}
+
+    @property
+    def registry(self) -> ToolRegistry:
+        return self._registry
+
+    def list_tools(
+        self,
+        *,
+        tenant_id: str = "",
+        category: str = "",
+        names: Collection[str] = (),
+        read_only_only: bool = False,
+    ) -> list[ToolSpec]:
+        """The catalog, filtered. `tenant_id` is accepted for per-tenant catalogs (not yet)."""
+        del tenant_id  # every tenant sees the same built-ins in this version
+        return self._registry.list(category=category, names=names, read_only_only=read_only_only)
+
+    def timeout_for(self, spec: ToolSpec) -> float:
+        """The timeout a call to this tool gets: its own, else the host default."""
+        return spec.timeout_seconds or self._default_timeout
+
+    async def execute(self, call: ToolCallRequest) -> ToolCallResult:
+        """Run one tool call; never raises for anything the tool or its arguments do."""
+        started = time.perf_counter()
+        outcome = await self._resolve_and_run(call)
+        artifacts: tuple[Artifact, ...] = ()
+        if isinstance(outcome, _Failure):
+            text, error = f"Error: {outcome.message}", outcome.message
+        else:
+            text, artifacts, error = outcome.text, outcome.artifacts, ""
+        observation, truncated = truncate(text, self._max_output_chars)
+        if error:
+            error, _ = truncate(error, self._max_output_chars)
+        duration_ms = int((time.perf_counter() - started) * 1000)
+        log.debug(
+            "tool call finished",
+            extra={
+                "tool_name": call.tool_name,
+                "call_id": call.call_id,
+                "workflow_id": call.workflow_id,
+                "ok": not error,
+                "duration_ms": duration_ms,
+            },
+        )
+        return ToolCallResult(
+            call_id=call.call_id,
+            observation=observation,
+            error=error,
+            truncated=truncated,
+            artifacts=artifacts,
+            duration_ms=duration_ms,
+        )
+
+    async def _resolve_and_run(self, call: ToolCallRequest) -> ToolOutput | _Failure:
+        tool = self._registry.get(call.tool_name)
+        if tool is None:
+            return self._unknown_tool(call.tool_name)
+        args = self._parse_arguments(tool.spec, call.arguments_json)
+        if isinstance(args, _Failure):
+            return args
+        problem = self._validate(tool.spec, args)
+        if problem is not None:
+            return problem
+        return await self._run_tool(tool, args, call)
+
+    async def _run_tool(
+        self, tool: Tool, args: dict[str, Any], call: ToolCallRequest
+    ) -> ToolOutput | _Failure:
+        """The one place a tool runs; PreToolUse/PostToolUse hooks will wrap this call."""
+        name = tool.spec.name
+        timeout = self.timeout_for(tool.spec)
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                output = await tool.run(args)
+        except ToolError as exc:
+            return _Failure(str(exc) or f"tool {name!r} failed")
+        except TimeoutError as exc:
+            # A TimeoutError from inside the tool (its own I/O) is a crash, not our deadline.
+            if not deadline.expired():
+                return self._crashed(name, exc, call)
+            log.warning(
+                "tool timed out",
+                extra={"tool_name": name, "call_id": call.call_id, "timeout_seconds": timeout},
+            )
+            return _Failure(
+                f"tool {name!r} timed out after {timeout:g} seconds; "
+                "try a smaller request or a different approach"
+            )
+        except Exception as exc:
+            return self._crashed(name, exc, call)
+        # Tools may be plugins that ignore the type hints; a wrong return must not escape.
+        if not isinstance(output, ToolOutput) or not isinstance(output.text, str):
+            return _Failure(f"tool {name!r} returned {type(output).__name__}, not ToolOutput text")
+        return output
+
+    def _crashed(self, name: str, exc: BaseException, call: ToolCallRequest) -> _Failure:
+        log.error(
+            "tool raised an exception",
+            exc_info=exc,
+            extra={"tool_name": name, "call_id": call.call_id, "workflow_id": call.workflow_id},
+        )
+        return _Failure(f"tool {name} failed: {type(exc).__name__}: {_clip(str(exc))}")
+
+    def _unknown_tool(self, name: str) -> _Failure:
+        available = self._registry.names()
+        listing = ", ".join(available) if available else "(none)"
+        return _Failure(f"unknown tool {_clip(name, 100)!r}; available tools: {listing}")
+
+    def _parse_arguments(self, spec: ToolSpec, text: str) -> dict[str, Any] | _Failure:
+        expected = f"send a JSON object with: {describe_parameters(spec.parameters)}"
+        if not text.strip():
+            return {}
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return _Failure(
+                f"arguments for {spec.name!r} are not valid JSON ({exc.msg} at line "
+                f"{exc.lineno} column {exc.colno}); {expected}"
+            )
+        except (ValueError, RecursionError):
+            return _Failure(f"arguments for {spec.name!r} are not valid JSON; {expected}")
+        if not isinstance(value, dict):
+            kind = "an array" if isinstance(value, list) else type(value).__name__
+            return _Failure(
+                f"arguments for {spec.name!r} must be a JSON object, got {kind}; {expected}"
+            )
+        return value
+
+    def _validate(self, spec: ToolSpec, args: dict[str, Any]) -> _Failure | None:
+        validator = self._validators.get(spec.name)
+        if validator is None:
+            validator = validator_for(spec.parameters)(spec.parameters)
+            self._validators[spec.name] = validator
+        error = best_match(validator.iter_errors(args))
+        if error is None:
+            return None
+        path = "/".join(str(part) for part in error.absolute_path)
+        where = f"field '{path}': " if path else ""
+        return _Failure(
+            f"invalid arguments for {spec.name!r}: {where}{_clip(error.message)}; "
+            f"expected {describe_parameters(spec.parameters)}"
+        )
