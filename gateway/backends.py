@@ -14,8 +14,8 @@ from shuttle.v1 import events_pb2_grpc, executor_pb2_grpc
 
 @dataclass
 class Backends:
-    executor: executor_pb2_grpc.ExecutorServiceStub
-    events: events_pb2_grpc.EventServiceStub
+    executor: executor_pb2_grpc.ExecutorServiceAsyncStub
+    events: events_pb2_grpc.EventServiceAsyncStub
     channels: dict[str, grpc.aio.Channel]
 
     @classmethod

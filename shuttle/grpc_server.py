@@ -7,6 +7,7 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -16,6 +17,9 @@ from grpc_reflection.v1alpha import reflection
 log = logging.getLogger(__name__)
 
 Registrar = Callable[[grpc.aio.Server], None]
+# Servicer methods annotate their context with this; the request/response parameters of
+# grpc.aio.ServicerContext add nothing the method signature does not already say.
+Context = grpc.aio.ServicerContext[Any, Any]
 Cleanup = Callable[[], Awaitable[None]]
 
 # Keep idle streams (SSE tails can be quiet for minutes) alive through proxies.

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from services.executor.runs import RunManager, RunRequest
+from shuttle.grpc_server import Context
 from shuttle.v1 import (
     common_pb2,
     events_pb2,
@@ -22,19 +23,17 @@ _MODE_NAMES = {
 }
 
 
-async def _abort_from(context: grpc.aio.ServicerContext, exc: grpc.aio.AioRpcError) -> None:
+async def _abort_from(context: Context, exc: grpc.aio.AioRpcError) -> None:
     """Pass a downstream failure on with its code and a message naming where it came from."""
     await context.abort(exc.code(), f"events service: {exc.details()}")
 
 
 class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
-    def __init__(self, runs: RunManager, events: events_pb2_grpc.EventServiceStub) -> None:
+    def __init__(self, runs: RunManager, events: events_pb2_grpc.EventServiceAsyncStub) -> None:
         self._runs = runs
         self._events = events
 
-    async def _start(
-        self, request: executor_pb2.StartRunRequest, context: grpc.aio.ServicerContext
-    ) -> str:
+    async def _start(self, request: executor_pb2.StartRunRequest, context: Context) -> str:
         if not request.query.strip():
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "query must not be empty")
         if request.mode == common_pb2.MODE_COMPLEX:
@@ -56,7 +55,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             raise
 
     async def StartRun(
-        self, request: executor_pb2.StartRunRequest, context: grpc.aio.ServicerContext
+        self, request: executor_pb2.StartRunRequest, context: Context
     ) -> executor_pb2.StartRunResponse:
         workflow_id = await self._start(request, context)
         return executor_pb2.StartRunResponse(
@@ -64,7 +63,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         )
 
     async def Run(
-        self, request: executor_pb2.StartRunRequest, context: grpc.aio.ServicerContext
+        self, request: executor_pb2.StartRunRequest, context: Context
     ) -> AsyncIterator[common_pb2.Event]:
         workflow_id = await self._start(request, context)
         stream = self._events.Stream(
@@ -76,7 +75,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             yield event
 
     async def GetRun(
-        self, request: executor_pb2.GetRunRequest, context: grpc.aio.ServicerContext
+        self, request: executor_pb2.GetRunRequest, context: Context
     ) -> executor_pb2.RunInfo:
         try:
             wf = await self._events.GetWorkflow(
@@ -102,7 +101,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         )
 
     async def Control(
-        self, request: executor_pb2.ControlRequest, context: grpc.aio.ServicerContext
+        self, request: executor_pb2.ControlRequest, context: Context
     ) -> executor_pb2.ControlResponse:
         await context.abort(
             grpc.StatusCode.UNIMPLEMENTED,
@@ -111,7 +110,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         raise AssertionError("unreachable")
 
     async def Interrupt(
-        self, request: executor_pb2.InterruptRequest, context: grpc.aio.ServicerContext
+        self, request: executor_pb2.InterruptRequest, context: Context
     ) -> executor_pb2.InterruptResponse:
         await context.abort(
             grpc.StatusCode.UNIMPLEMENTED,

@@ -22,7 +22,7 @@ APPEND_BACKOFF_SECONDS = 0.2
 
 
 class GrpcWorkflowRegistry:
-    def __init__(self, stub: events_pb2_grpc.EventServiceStub) -> None:
+    def __init__(self, stub: events_pb2_grpc.EventServiceAsyncStub) -> None:
         self._stub = stub
 
     async def create(self, request: RunRequest) -> str:
@@ -41,7 +41,7 @@ class GrpcEventSink:
     """Appends to one workflow's log through EventService.Append."""
 
     def __init__(
-        self, stub: events_pb2_grpc.EventServiceStub, workflow_id: str, tenant_id: str
+        self, stub: events_pb2_grpc.EventServiceAsyncStub, workflow_id: str, tenant_id: str
     ) -> None:
         self._stub = stub
         self._workflow_id = workflow_id
@@ -79,7 +79,7 @@ class GrpcEventSink:
 class GrpcToolHost:
     """The tool service as the engine's ToolHost; RPC failures become error outcomes."""
 
-    def __init__(self, stub: tools_pb2_grpc.ToolServiceStub, timeout_seconds: float) -> None:
+    def __init__(self, stub: tools_pb2_grpc.ToolServiceAsyncStub, timeout_seconds: float) -> None:
         self._stub = stub
         # Headroom over the tool's own limit so the tool service reports its timeout first.
         self._deadline = timeout_seconds + 5.0

@@ -7,10 +7,11 @@ from typing import NoReturn
 
 import grpc
 
+from shuttle.grpc_server import Context
 from shuttle.v1 import planner_pb2_grpc
 
 
-async def _not_yet(context: grpc.aio.ServicerContext, rpc: str, what: str) -> NoReturn:
+async def _not_yet(context: Context, rpc: str, what: str) -> NoReturn:
     await context.abort(
         grpc.StatusCode.UNIMPLEMENTED, f"PlannerService.{rpc} ({what}) is not implemented yet"
     )
@@ -18,17 +19,17 @@ async def _not_yet(context: grpc.aio.ServicerContext, rpc: str, what: str) -> No
 
 
 class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
-    async def StructuredCall(self, request: object, context: grpc.aio.ServicerContext) -> NoReturn:
+    async def StructuredCall(self, request: object, context: Context) -> NoReturn:
         await _not_yet(context, "StructuredCall", "schema-shaped output from a model")
 
-    async def SelectTools(self, request: object, context: grpc.aio.ServicerContext) -> NoReturn:
+    async def SelectTools(self, request: object, context: Context) -> NoReturn:
         await _not_yet(context, "SelectTools", "tool selection")
 
-    async def Plan(self, request: object, context: grpc.aio.ServicerContext) -> NoReturn:
+    async def Plan(self, request: object, context: Context) -> NoReturn:
         await _not_yet(context, "Plan", "DAG planning")
 
-    async def AnalyzePlan(self, request: object, context: grpc.aio.ServicerContext) -> NoReturn:
+    async def AnalyzePlan(self, request: object, context: Context) -> NoReturn:
         await _not_yet(context, "AnalyzePlan", "plan analysis")
 
-    async def Route(self, request: object, context: grpc.aio.ServicerContext) -> NoReturn:
+    async def Route(self, request: object, context: Context) -> NoReturn:
         await _not_yet(context, "Route", "complexity routing")

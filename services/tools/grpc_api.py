@@ -9,6 +9,7 @@ import grpc
 
 from services.tools.catalog import ToolSpec
 from services.tools.host import ToolCallRequest, ToolCallResult, ToolHost
+from shuttle.grpc_server import Context
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 
 SERVICE_NAME: str = tools_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name
@@ -77,7 +78,7 @@ class ToolServiceServicer(tools_pb2_grpc.ToolServiceServicer):
         self._host = host
 
     async def ListTools(
-        self, request: tools_pb2.ListToolsRequest, context: grpc.aio.ServicerContext
+        self, request: tools_pb2.ListToolsRequest, context: Context
     ) -> tools_pb2.ListToolsResponse:
         specs = self._host.list_tools(
             tenant_id=request.tenant_id,
@@ -90,7 +91,7 @@ class ToolServiceServicer(tools_pb2_grpc.ToolServiceServicer):
         )
 
     async def Execute(
-        self, request: tools_pb2.ExecuteRequest, context: grpc.aio.ServicerContext
+        self, request: tools_pb2.ExecuteRequest, context: Context
     ) -> tools_pb2.ExecuteResponse:
         if not request.tool_name.strip():
             await context.abort(
@@ -100,11 +101,11 @@ class ToolServiceServicer(tools_pb2_grpc.ToolServiceServicer):
         return result_to_proto(result)
 
     async def DecideApproval(
-        self, request: tools_pb2.DecideApprovalRequest, context: grpc.aio.ServicerContext
+        self, request: tools_pb2.DecideApprovalRequest, context: Context
     ) -> tools_pb2.Approval:
         await _unimplemented(context, "DecideApproval", "human approvals")
 
     async def ListApprovals(
-        self, request: tools_pb2.ListApprovalsRequest, context: grpc.aio.ServicerContext
+        self, request: tools_pb2.ListApprovalsRequest, context: Context
     ) -> tools_pb2.ListApprovalsResponse:
         await _unimplemented(context, "ListApprovals", "human approvals")

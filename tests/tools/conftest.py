@@ -128,4 +128,4 @@ async def channel(host: ToolHost) -> AsyncIterator[grpc.aio.Channel]:
 @pytest.fixture
 def stub(channel: grpc.aio.Channel) -> ToolServiceAsyncStub:
     # The stub's overloads cannot tell an aio channel apart while grpc itself is untyped.
-    return cast("ToolServiceAsyncStub", tools_pb2_grpc.ToolServiceStub(channel))
+    return tools_pb2_grpc.ToolServiceStub(channel)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import grpc
 import pytest
@@ -154,7 +154,7 @@ async def test_build_serves_the_builtins_from_settings() -> None:
     port = await service.start("127.0.0.1", 0)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = cast("Stub", tools_pb2_grpc.ToolServiceStub(channel))
+            stub = tools_pb2_grpc.ToolServiceStub(channel)
             listed = await stub.ListTools(tools_pb2.ListToolsRequest())
             assert [tool.name for tool in listed.tools] == ["calculator"]
             assert listed.tools[0].flags.timeout_seconds == 12.0

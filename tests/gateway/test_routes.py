@@ -1,0 +1,104 @@
+"""Gateway routes against the real stack (offline demo model)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.errors import ApiError
+from gateway.stream import resume_point
+from tests.support.sse import read_stream
+from tests.support.stack import start_stack
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    stack = start_stack(Path(tmp_path_factory.mktemp("gateway")))
+    yield stack.gateway
+    stack.stop()
+
+
+@pytest.fixture(scope="module")
+def finished(gateway: str) -> str:
+    """A workflow that has run to its end."""
+    created = httpx.post(f"{gateway}/api/v1/tasks", json={"query": "What is 2*21?"}).json()
+    status, _ = read_stream(gateway, f"/api/v1/stream/sse?workflow_id={created['workflow_id']}")
+    assert status == 200
+    return str(created["workflow_id"])
+
+
+def test_resume_point_reads_header_then_query() -> None:
+    assert resume_point(None, None) == 1
+    assert resume_point("7", "2") == 8
+    assert resume_point(None, "2") == 3
+    with pytest.raises(ApiError):
+        resume_point("abc", None)
+    with pytest.raises(ApiError):
+        resume_point("-4", None)
+
+
+def test_resume_by_query_parameter_and_type_filter(gateway: str, finished: str) -> None:
+    _, everything = read_stream(gateway, f"/api/v1/stream/sse?workflow_id={finished}")
+    _, resumed = read_stream(gateway, f"/api/v1/stream/sse?workflow_id={finished}&last_event_id=5")
+    assert [f.id for f in resumed] == [f.id for f in everything[5:]]
+
+    _, filtered = read_stream(
+        gateway, f"/api/v1/stream/sse?workflow_id={finished}&types=TOOL_INVOKED,tool_observation"
+    )
+    assert [f.event for f in filtered] == ["TOOL_INVOKED", "TOOL_OBSERVATION", "STREAM_END"]
+
+
+def test_bad_stream_parameters_are_400(gateway: str, finished: str) -> None:
+    bad_type = httpx.get(f"{gateway}/api/v1/stream/sse?workflow_id={finished}&types=NOPE")
+    assert bad_type.status_code == 400
+    assert "NOPE" in bad_type.json()["error"]["message"]
+    bad_resume = httpx.get(
+        f"{gateway}/api/v1/stream/sse?workflow_id={finished}",
+        headers={"Last-Event-ID": "yesterday"},
+    )
+    assert bad_resume.status_code == 400
+    missing = httpx.get(f"{gateway}/api/v1/stream/sse")
+    assert missing.status_code == 400
+    assert "workflow_id" in missing.json()["error"]["message"]
+
+
+def test_history_pages(gateway: str, finished: str) -> None:
+    page = httpx.get(f"{gateway}/api/v1/tasks/{finished}/events?limit=3").json()
+    assert [e["seq"] for e in page["events"]] == [1, 2, 3]
+    assert page["next_seq"] == 4
+    rest = httpx.get(f"{gateway}/api/v1/tasks/{finished}/events?from_seq=4&limit=1000").json()
+    assert rest["events"][-1]["type"] == "STREAM_END"
+    assert rest["next_seq"] is None
+    too_many = httpx.get(f"{gateway}/api/v1/tasks/{finished}/events?limit=1001")
+    assert too_many.status_code == 400
+
+
+def test_task_status_and_result(gateway: str, finished: str) -> None:
+    task = httpx.get(f"{gateway}/api/v1/tasks/{finished}").json()
+    assert task["status"] == "completed"
+    assert task["result"] == "[demo model] 2*21 = 42"
+    assert task["usage"]["total_tokens"] > 0
+    assert task["duration_ms"] >= 0
+
+
+def test_unknown_mode_and_unbuilt_mode(gateway: str) -> None:
+    unknown = httpx.post(f"{gateway}/api/v1/tasks", json={"query": "x", "mode": "turbo"})
+    assert unknown.status_code == 400
+    complex_mode = httpx.post(f"{gateway}/api/v1/tasks", json={"query": "x", "mode": "complex"})
+    assert complex_mode.status_code == 501
+    assert "not implemented yet" in complex_mode.json()["error"]["message"]
+
+
+def test_operations_endpoints(gateway: str) -> None:
+    assert httpx.get(f"{gateway}/healthz").json() == {"status": "ok"}
+    ready = httpx.get(f"{gateway}/readyz").json()
+    assert ready == {"status": "ready", "backends": {"executor": "SERVING", "events": "SERVING"}}
+    assert "/api/v1/tasks" in httpx.get(f"{gateway}/openapi.json").json()["paths"]
+    nowhere = httpx.get(f"{gateway}/api/v1/nowhere")
+    assert nowhere.status_code == 404
+    assert nowhere.json()["error"]["code"] == "not_found"
