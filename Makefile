@@ -6,12 +6,15 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/shuttle/v1/*.proto)
 STUBS  := shuttle/v1/__init__.py
 
-.PHONY: install proto run test test-unit test-integration lint fmt clean
+.PHONY: install proto run test test-unit test-integration lint fmt bench clean
 
 install: $(STAMP) $(STUBS)
 
 $(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "Shuttle needs Python 3.11 or newer as '$(PYTHON)' (set PYTHON=...)"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || \
+		{ echo "could not create $(VENV): install the venv module (Debian: apt-get install python3-venv)"; exit 1; }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
@@ -45,6 +48,9 @@ lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy shuttle services gateway tests
+
+bench: install
+	$(PY) -m bench.end_to_end
 
 fmt: install
 	$(PY) -m ruff format .

@@ -18,6 +18,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit this. Without it, uvicorn's separate header and body writes
+    # meet Nagle's algorithm and the client's delayed ACK: ~40 ms added to every response.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     return sock
 

@@ -92,6 +92,9 @@ class Supervisor:
                     env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
+                    # A Ctrl-C in the terminal reaches only the supervisor, which then stops
+                    # the services in order (gateway first, events last).
+                    start_new_session=True,
                 )
                 self._wait_healthy(point, time.monotonic() + timeout_seconds)
         except BaseException:

@@ -120,6 +120,8 @@ class RunReporter:
             "result": result,
             "duration_ms": duration_ms,
             "total_tokens": usage.total_tokens,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
             "total_cost_usd": round(usage.cost_usd, 6),
             "agents_used": agents_used,
             "tools_invoked": tools_invoked,

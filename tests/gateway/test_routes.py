@@ -82,7 +82,9 @@ def test_task_status_and_result(gateway: str, finished: str) -> None:
     task = httpx.get(f"{gateway}/api/v1/tasks/{finished}").json()
     assert task["status"] == "completed"
     assert task["result"] == "[demo model] 2*21 = 42"
-    assert task["usage"]["total_tokens"] > 0
+    usage = task["usage"]
+    assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
     assert task["duration_ms"] >= 0
 
 

@@ -1,0 +1,132 @@
+"""End-to-end latency of one task through all five processes, beside a bare `openai` loop.
+
+Both sides talk to the same zero-latency scripted OpenAI-compatible server and make the same
+three model calls (tool call, answer, streamed synthesis) plus one calculator call, so the
+difference is what Shuttle adds: five processes, gRPC hops, the durable log and SSE.
+
+    .venv/bin/python -m bench.end_to_end [--runs 50] [--concurrency 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+from services.tools.builtins.calculator import Calculator
+from tests.support.scripted_openai import Reply, ScriptedOpenAI, text, tool_call
+from tests.support.sse import parse_frames
+from tests.support.stack import start_stack
+
+
+def arithmetic_model(body: dict[str, Any]) -> Reply:
+    messages = body["messages"]
+    if body.get("stream"):
+        return text("The answer is 84, computed with the calculator tool.")
+    if messages[-1]["role"] == "tool":
+        return text(f"It is {messages[-1]['content']}.")
+    return tool_call("calculator", {"expression": "12*7"}, "call_1")
+
+
+async def shuttle_run(client: httpx.AsyncClient) -> tuple[float, int]:
+    """Seconds from POST to the closed SSE stream, and how many events it carried."""
+    started = time.perf_counter()
+    created = (await client.post("/api/v1/tasks", json={"query": "What is 12*7?"})).json()
+    lines: list[str] = []
+    async with client.stream(
+        "GET", f"/api/v1/stream/sse?workflow_id={created['workflow_id']}"
+    ) as response:
+        async for line in response.aiter_lines():
+            lines.append(line)
+    frames, _ = parse_frames(lines)
+    assert frames[-1].event == "STREAM_END", frames[-1]
+    return time.perf_counter() - started, len(frames)
+
+
+async def bare_run(client: openai.AsyncOpenAI, calculator: Calculator) -> float:
+    """The same conversation with the openai client alone, the tool called in-process."""
+    started = time.perf_counter()
+    tools: Any = [{"type": "function", "function": {"name": "calculator", "parameters": {}}}]
+    messages: Any = [{"role": "user", "content": "What is 12*7?"}]
+    first = await client.chat.completions.create(model="m", messages=messages, tools=tools)
+    call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+    observation = await calculator.run({"expression": "12*7"})
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": observation.text},
+    ]
+    await client.chat.completions.create(model="m", messages=messages, tools=tools)
+    stream = await client.chat.completions.create(model="m", messages=messages, stream=True)
+    async for _ in stream:
+        pass
+    return time.perf_counter() - started
+
+
+def percentiles(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    q = statistics.quantiles(ordered, n=100, method="inclusive")
+    return f"p50 {q[49] * 1000:7.1f} ms   p95 {q[94] * 1000:7.1f} ms   p99 {q[98] * 1000:7.1f} ms"
+
+
+def rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    found = re.search(r"VmRSS:\s+(\d+) kB", status)
+    return int(found.group(1)) / 1024 if found else float("nan")
+
+
+async def main(runs: int, concurrency: int) -> None:
+    model = ScriptedOpenAI(handler=arithmetic_model).start()
+    with tempfile.TemporaryDirectory() as data_dir:
+        stack = start_stack(Path(data_dir), model.base_url)
+        try:
+            async with httpx.AsyncClient(base_url=stack.gateway, timeout=60) as client:
+                await shuttle_run(client)  # warm up connections and imports
+                shuttle = [await shuttle_run(client) for _ in range(runs)]
+                started = time.perf_counter()
+                together = await asyncio.gather(*(shuttle_run(client) for _ in range(concurrency)))
+                wall = time.perf_counter() - started
+            memory = {n: rss_mb(p.pid) for n, p in stack.supervisor.processes.items()}
+        finally:
+            stack.stop()
+    bare_client = openai.AsyncOpenAI(base_url=model.base_url, api_key="k", max_retries=0)
+    calculator = Calculator()
+    await bare_run(bare_client, calculator)
+    bare = [await bare_run(bare_client, calculator) for _ in range(runs)]
+    await bare_client.close()
+    model.stop()
+
+    seconds = [s for s, _ in shuttle]
+    events = shuttle[0][1]
+    extra = statistics.median(seconds) - statistics.median(bare)
+    print(f"one task = 3 model calls + 1 tool call; {runs} sequential runs each\n")
+    print(f"bare openai loop  {percentiles(bare)}")
+    print(f"shuttle (5 procs) {percentiles(seconds)}   ({events} events per run over SSE)")
+    print(
+        f"added by shuttle  {extra * 1000:7.1f} ms per run (median), "
+        f"{extra * 1000 / 3:.1f} ms per model call"
+    )
+    print(
+        f"\n{concurrency} concurrent runs: {wall:.2f} s wall, {concurrency / wall:.1f} runs/s, "
+        f"{concurrency * events / wall:.0f} events/s delivered"
+    )
+    print(f"  latency under that load {percentiles([s for s, _ in together])}")
+    print(
+        "\nresident memory after the runs: "
+        + ", ".join(f"{name} {mb:.0f} MB" for name, mb in memory.items())
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--concurrency", type=int, default=20)
+    options = parser.parse_args()
+    asyncio.run(main(options.runs, options.concurrency))
