@@ -1,0 +1,6 @@
+"""The events service: each workflow's ordered, replayable event log (shuttle.v1.EventService).
+
+``EventLog`` (log.py) is the domain core over ``SqlEventStore`` (store.py, durable tier) and a
+``HotTier`` (hot.py, recent events and live wake-ups); grpc_api.py is the thin adapter and
+``python -m services.events`` runs the server.
+"""

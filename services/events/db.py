@@ -1,0 +1,44 @@
+"""Async engine factory: SQLite (aiosqlite) tuned for concurrent writers, or any other URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+# How long a SQLite writer waits for another one before "database is locked". Appends are
+# short transactions, so a generous bound only matters under a burst of concurrent runs.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
+    """An AsyncEngine for `url`; SQLite files get WAL, a busy timeout and foreign keys."""
+    engine = create_async_engine(url, echo=echo)
+    if make_url(url).get_backend_name() == "sqlite":
+        event.listen(engine.sync_engine, "connect", _tune_sqlite)
+    return engine
+
+
+def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets readers (replays, history pages) run while one writer appends; the busy
+    # timeout makes concurrent writers queue instead of failing; NORMAL sync is durable
+    # across process crashes in WAL mode, which is what a restarted service needs.
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+    finally:
+        cursor.close()
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file a SQLite URL points at, or None for other backends and in-memory databases."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    database = parsed.database or ""
+    return None if database in ("", ":memory:") else database

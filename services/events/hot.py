@@ -1,0 +1,170 @@
+"""Hot tier: recent events of each workflow (durable and ephemeral) and live wake-ups.
+
+Subscribers are cursors over one shared per-workflow buffer rather than queues of their
+own: an appender only appends and notifies, so a slow subscriber neither blocks it nor
+loses events; one that falls behind the buffer's start reads the gap from SQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Protocol
+
+from .records import StoredEvent
+
+DEFAULT_MAX_EVENTS = 10_000
+DEFAULT_TTL_SECONDS = 24 * 3600.0
+# Eviction is a scan over all buffers; once a minute is plenty for a 24 h retention.
+SWEEP_INTERVAL_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class HotWindow:
+    """What the hot tier holds of one workflow at or after some seq.
+
+    ``first_seq`` is the oldest seq held (None: nothing held for this workflow); the tier
+    holds every seq from ``first_seq`` to its newest without a hole, so a reader whose
+    cursor is below ``first_seq`` must fetch ``[cursor, first_seq)`` from SQL.
+    """
+
+    first_seq: int | None
+    events: list[StoredEvent]
+
+    def covers(self, seq: int) -> bool:
+        return self.first_seq is not None and self.first_seq <= seq
+
+
+class HotTier(Protocol):
+    """Recent events of every workflow plus a way to wait for new ones."""
+
+    async def publish(self, workflow_id: str, events: Sequence[StoredEvent]) -> None:
+        """Add committed events, which arrive in seq order, and wake the workflow's waiters."""
+        ...
+
+    async def read(
+        self,
+        workflow_id: str,
+        from_seq: int,
+        limit: int,
+        types: Collection[str] | None = None,
+    ) -> HotWindow:
+        """Up to `limit` held events with seq >= `from_seq` (of `types`, when given)."""
+        ...
+
+    async def wait(self, workflow_id: str, after_seq: int) -> None:
+        """Return once the tier holds a seq above `after_seq` (at once if it already does)."""
+        ...
+
+
+@dataclass
+class _Buffer:
+    events: deque[StoredEvent]
+    touched: float
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    waiters: int = 0
+
+    @property
+    def last_seq(self) -> int:
+        return self.events[-1].seq if self.events else 0
+
+
+class MemoryHotTier:
+    """The embedded hot tier: bounded in-process buffers, evicted after `ttl_seconds` idle.
+
+    Single event loop only; every method runs without awaiting between reading and
+    changing a buffer, so no lock is needed beyond the condition used for wake-ups.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_events: int = DEFAULT_MAX_EVENTS,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_events < 1:
+            raise ValueError("max_events must be at least 1")
+        self._max_events = max_events
+        self._ttl = ttl_seconds
+        self._clock = clock
+        self._buffers: dict[str, _Buffer] = {}
+        self._last_sweep = clock()
+
+    async def publish(self, workflow_id: str, events: Sequence[StoredEvent]) -> None:
+        now = self._clock()
+        buffer = self._buffer(workflow_id, now)
+        for event in events:
+            last = buffer.last_seq
+            if buffer.events and event.seq <= last:
+                continue  # already held: a repeated publish
+            if buffer.events and event.seq != last + 1:
+                # Some batch never reached this tier. Drop the older run rather than hold a
+                # range with a hole in it: readers then take the missing seqs from SQL.
+                buffer.events.clear()
+            buffer.events.append(event)  # the deque's maxlen drops the oldest
+        buffer.touched = now
+        async with buffer.changed:
+            buffer.changed.notify_all()
+        if now - self._last_sweep >= SWEEP_INTERVAL_SECONDS:
+            self.sweep()
+
+    async def read(
+        self,
+        workflow_id: str,
+        from_seq: int,
+        limit: int,
+        types: Collection[str] | None = None,
+    ) -> HotWindow:
+        buffer = self._buffers.get(workflow_id)
+        if buffer is None or not buffer.events:
+            return HotWindow(first_seq=None, events=[])
+        first_seq = buffer.events[0].seq
+        selected: list[StoredEvent] = []
+        if limit > 0:
+            # Seqs in a buffer are contiguous, so a seq maps straight to its position.
+            for event in islice(buffer.events, max(from_seq - first_seq, 0), None):
+                if types and event.type not in types:
+                    continue
+                selected.append(event)
+                if len(selected) >= limit:
+                    break
+        return HotWindow(first_seq=first_seq, events=selected)
+
+    async def wait(self, workflow_id: str, after_seq: int) -> None:
+        buffer = self._buffer(workflow_id, self._clock())
+        buffer.waiters += 1
+        try:
+            async with buffer.changed:
+                await buffer.changed.wait_for(lambda: buffer.last_seq > after_seq)
+        finally:
+            buffer.waiters -= 1
+
+    def sweep(self) -> int:
+        """Drop buffers idle longer than the TTL that nobody waits on; return how many."""
+        now = self._clock()
+        self._last_sweep = now
+        idle = [
+            workflow_id
+            for workflow_id, buffer in self._buffers.items()
+            if buffer.waiters == 0 and now - buffer.touched >= self._ttl
+        ]
+        for workflow_id in idle:
+            del self._buffers[workflow_id]
+        return len(idle)
+
+    def held(self, workflow_id: str) -> int:
+        """How many events the tier holds for a workflow (for tests and metrics)."""
+        buffer = self._buffers.get(workflow_id)
+        return len(buffer.events) if buffer else 0
+
+    def _buffer(self, workflow_id: str, now: float) -> _Buffer:
+        buffer = self._buffers.get(workflow_id)
+        if buffer is None:
+            buffer = _Buffer(events=deque(maxlen=self._max_events), touched=now)
+            self._buffers[workflow_id] = buffer
+        return buffer

@@ -1,0 +1,113 @@
+"""How lifecycle events move a workflow's row: status, outcome and usage (pure functions)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .records import NewEvent, WorkflowStatus
+
+# Lifecycle events whose type alone decides the status.
+_STATUS_BY_TYPE: Mapping[str, WorkflowStatus] = {
+    "WORKFLOW_STARTED": WorkflowStatus.RUNNING,
+    "WORKFLOW_PAUSED": WorkflowStatus.PAUSED,
+    "WORKFLOW_RESUMED": WorkflowStatus.RUNNING,
+    "WORKFLOW_COMPLETED": WorkflowStatus.COMPLETED,
+    "WORKFLOW_CANCELLED": WorkflowStatus.CANCELLED,
+}
+
+
+@dataclass(frozen=True)
+class RowUpdate:
+    """Column values a batch sets on its workflow's row (None: leave the column as it is)."""
+
+    status: WorkflowStatus | None = None
+    result: str | None = None
+    error: str | None = None
+    duration_ms: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    cost_usd: float | None = None
+    stream_ended: bool = False
+
+    def columns(self) -> dict[str, Any]:
+        """The non-None values, keyed by column name."""
+        values = {
+            "result": self.result,
+            "error": self.error,
+            "duration_ms": self.duration_ms,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+            "cost_usd": self.cost_usd,
+        }
+        if self.stream_ended:
+            values["stream_ended"] = True
+        return {name: value for name, value in values.items() if value is not None}
+
+
+def payload_of(event: NewEvent) -> dict[str, Any]:
+    """The payload as a dict; callers validated it is a JSON object (or empty)."""
+    if not event.payload_json:
+        return {}
+    value = json.loads(event.payload_json)
+    return value if isinstance(value, dict) else {}
+
+
+def derive_update(batch: Sequence[NewEvent]) -> RowUpdate:
+    """Fold a batch's lifecycle events, in order, into the row update they imply."""
+    update = RowUpdate()
+    for event in batch:
+        if event.type == "STREAM_END":
+            update = replace(update, stream_ended=True)
+            continue
+        if event.type != "ERROR_OCCURRED" and event.type not in _STATUS_BY_TYPE:
+            continue
+        payload = payload_of(event)
+        if event.type == "ERROR_OCCURRED":
+            # A recoverable error is just a report; only `"fatal": true` ends the run.
+            if payload.get("fatal") is not True:
+                continue
+            error = payload.get("error_message") or payload.get("error") or event.message
+            update = replace(update, status=WorkflowStatus.FAILED, error=_text(error))
+        else:
+            update = replace(update, status=_STATUS_BY_TYPE[event.type])
+            if "result" in payload and update.status == WorkflowStatus.COMPLETED:
+                update = replace(update, result=_text(payload["result"]))
+        if update.status is not None and update.status.is_terminal:
+            update = _with_usage(update, payload)
+    return update
+
+
+def _with_usage(update: RowUpdate, payload: Mapping[str, Any]) -> RowUpdate:
+    """Take the totals a terminal event reports; absent or malformed values are ignored."""
+    return replace(
+        update,
+        duration_ms=_count(payload.get("duration_ms"), update.duration_ms),
+        total_tokens=_count(payload.get("total_tokens"), update.total_tokens),
+        input_tokens=_count(payload.get("input_tokens"), update.input_tokens),
+        output_tokens=_count(payload.get("output_tokens"), update.output_tokens),
+        cost_usd=_amount(payload.get("total_cost_usd"), update.cost_usd),
+    )
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _count(value: Any, default: int | None) -> int | None:
+    # bool is an int subclass; `true` is not a token count.
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, float) and value >= 0 and value.is_integer():
+        return int(value)
+    return default
+
+
+def _amount(value: Any, default: float | None) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return default

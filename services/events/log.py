@@ -1,0 +1,193 @@
+"""EventLog: the per-workflow ordered log, combining the SQL store and the hot tier."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from .hot import HotTier
+from .records import EventPage, NewEvent, StoredEvent, WorkflowRecord
+from .store import SqlEventStore
+from .validation import check_batch, check_id, check_key, check_limit, check_types
+
+log = logging.getLogger(__name__)
+
+# Events fetched per SQL or hot-tier read while replaying a stream.
+REPLAY_PAGE = 500
+
+
+@dataclass
+class _LockEntry:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+class EventLog:
+    """Appends with gap-free seqs, replays from any seq, and tails live.
+
+    Durable events are committed to SQL before `append` returns, then published to the hot
+    tier; ephemeral ones only reach the hot tier. Every call takes the caller's tenant, and
+    another tenant's workflow is reported exactly like a missing one.
+    """
+
+    def __init__(self, store: SqlEventStore, hot: HotTier, *, replay_page: int = REPLAY_PAGE):
+        self._store = store
+        self._hot = hot
+        self._replay_page = replay_page
+        self._locks: dict[str, _LockEntry] = {}
+
+    async def create_workflow(
+        self,
+        *,
+        tenant_id: str,
+        owner: str = "",
+        query: str = "",
+        session_id: str = "",
+        workflow_id: str = "",
+    ) -> WorkflowRecord:
+        """Register a workflow; its id is ``wf-<uuid4>`` unless the caller chose one."""
+        check_id("tenant_id", tenant_id)
+        if workflow_id:
+            check_id("workflow_id", workflow_id)
+        check_key("session_id", session_id)
+        return await self._store.create_workflow(
+            workflow_id=workflow_id or f"wf-{uuid.uuid4()}",
+            tenant_id=tenant_id,
+            owner=owner,
+            query=query,
+            session_id=session_id,
+        )
+
+    async def get_workflow(self, workflow_id: str, tenant_id: str) -> WorkflowRecord:
+        _check_target(workflow_id, tenant_id)
+        return await self._store.get_workflow(workflow_id, tenant_id)
+
+    async def append(
+        self, workflow_id: str, tenant_id: str, events: Sequence[NewEvent]
+    ) -> list[int]:
+        """Append a batch and return its seqs (consecutive, in batch order)."""
+        _check_target(workflow_id, tenant_id)
+        check_batch(events)
+        # Shielded: a caller that gives up mid-append must not leave a committed batch
+        # unpublished, or live subscribers would have to fall back to SQL to see it.
+        stored = await asyncio.shield(self._commit_and_publish(workflow_id, tenant_id, events))
+        return [event.seq for event in stored]
+
+    async def stream(
+        self,
+        workflow_id: str,
+        tenant_id: str,
+        from_seq: int = 0,
+        types: Collection[str] | None = None,
+    ) -> AsyncIterator[StoredEvent]:
+        """Events from `from_seq` on: replay, then live, ending after STREAM_END.
+
+        The cursor walks the hot tier while it holds the cursor's seq and reads SQL for
+        anything older, so the switch to live has no gap and no repeat. STREAM_END passes
+        any `types` filter, since it is how a reader knows the log is over.
+        """
+        _check_target(workflow_id, tenant_id)
+        wanted = check_types(types)
+        record = await self._store.get_workflow(workflow_id, tenant_id)
+        cursor = max(from_seq, 1)
+        if record.stream_ended and cursor > record.last_seq:
+            return  # the reader already has the whole log, STREAM_END included
+        while True:
+            batch, cursor_after = await self._next_batch(workflow_id, tenant_id, cursor)
+            if not batch and cursor_after == cursor:
+                await self._hot.wait(workflow_id, cursor - 1)
+                continue
+            cursor = cursor_after
+            for event in batch:
+                if wanted is None or event.type in wanted or event.type == "STREAM_END":
+                    yield event
+                if event.type == "STREAM_END":
+                    return
+
+    async def list_events(
+        self,
+        workflow_id: str,
+        tenant_id: str,
+        from_seq: int = 0,
+        limit: int = 0,
+        types: Collection[str] | None = None,
+    ) -> EventPage:
+        """One page of history: durable events from SQL merged with whatever the hot tier
+        holds (ephemeral ones included), so history inside the hot window is complete."""
+        _check_target(workflow_id, tenant_id)
+        limit = check_limit(limit)
+        wanted = check_types(types)
+        start = max(from_seq, 1)
+        # One more than the page from each source tells whether another page follows.
+        durable = await self._store.list_events(
+            workflow_id, tenant_id, from_seq=start, limit=limit + 1, types=wanted
+        )
+        hot = await self._hot.read(workflow_id, start, limit + 1, wanted)
+        by_seq = {event.seq: event for event in durable}
+        by_seq.update((event.seq, event) for event in hot.events)
+        merged = [by_seq[seq] for seq in sorted(by_seq)]
+        page = merged[:limit]
+        next_seq = page[-1].seq + 1 if len(merged) > limit else 0
+        return EventPage(events=page, next_seq=next_seq)
+
+    async def _commit_and_publish(
+        self, workflow_id: str, tenant_id: str, events: Sequence[NewEvent]
+    ) -> list[StoredEvent]:
+        # Held across commit and publish so the hot tier receives each workflow's seqs
+        # in order; the SQL counter alone already makes them unique and gap-free.
+        async with self._workflow_lock(workflow_id):
+            stored = await self._store.append(workflow_id, tenant_id, events)
+            try:
+                await self._hot.publish(workflow_id, stored)
+            except Exception:
+                # The batch is committed; failing the call now would make the producer
+                # retry into duplicates. Readers find the durable events in SQL.
+                log.exception("hot tier publish failed", extra={"workflow_id": workflow_id})
+        return stored
+
+    async def _next_batch(
+        self, workflow_id: str, tenant_id: str, cursor: int
+    ) -> tuple[list[StoredEvent], int]:
+        """Events at `cursor` onwards and the cursor after them (unchanged: nothing yet)."""
+        window = await self._hot.read(workflow_id, cursor, self._replay_page)
+        if window.covers(cursor):
+            return window.events, window.events[-1].seq + 1 if window.events else cursor
+        # The hot tier lacks [cursor, first_seq) (trimmed, evicted, or a restarted service):
+        # SQL has the durable events of that range; its ephemeral ones are gone.
+        upper = None if window.first_seq is None else window.first_seq - 1
+        durable = await self._store.list_events(
+            workflow_id, tenant_id, from_seq=cursor, to_seq=upper, limit=self._replay_page
+        )
+        if upper is None:
+            # Nothing was hot, but appends may have started since: whatever the tier holds
+            # now is read from it, lest an ephemeral event among them be skipped.
+            first_hot = (await self._hot.read(workflow_id, cursor, 0)).first_seq
+            if first_hot is not None:
+                durable = [event for event in durable if event.seq < first_hot]
+            # Nothing at all yet: the caller waits for the next publish.
+            return durable, durable[-1].seq + 1 if durable else cursor
+        if len(durable) == self._replay_page:
+            return durable, durable[-1].seq + 1
+        return durable, upper + 1  # the whole gap is read: go on from the hot tier
+
+    @asynccontextmanager
+    async def _workflow_lock(self, workflow_id: str) -> AsyncIterator[None]:
+        # Entries are dropped when unused, so the map only holds workflows being appended to.
+        entry = self._locks.setdefault(workflow_id, _LockEntry())
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._locks[workflow_id]
+
+
+def _check_target(workflow_id: str, tenant_id: str) -> None:
+    check_id("workflow_id", workflow_id)
+    check_id("tenant_id", tenant_id)

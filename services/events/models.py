@@ -1,0 +1,102 @@
+"""SQL schema of the workflow log (SQLAlchemy Core), portable across SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+# Ids are short tokens ("wf-" + uuid4, tenant names); the length is checked before insert so
+# PostgreSQL's VARCHAR limit is never the first to complain.
+ID_LENGTH = 128
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend.
+
+    SQLite keeps no offset, so values come back naive; they were written as UTC, so they are
+    marked UTC on the way out. PostgreSQL stores ``timestamptz`` and returns aware values.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = MetaData()
+
+workflows = Table(
+    "workflows",
+    metadata,
+    Column("id", String(ID_LENGTH), primary_key=True),
+    Column("tenant_id", String(ID_LENGTH), nullable=False),
+    Column("owner", Text, nullable=False, default=""),
+    Column("status", String(16), nullable=False),
+    Column("query", Text, nullable=False, default=""),
+    Column("session_id", String(ID_LENGTH), nullable=False, default=""),
+    # The seq source of truth: bumped in the transaction that stores the events.
+    Column("last_seq", BigInteger, nullable=False, default=0),
+    # Set by STREAM_END: the log is closed and refuses further appends.
+    Column("stream_ended", Boolean, nullable=False, default=False),
+    Column("result", Text, nullable=False, default=""),
+    Column("error", Text, nullable=False, default=""),
+    Column("input_tokens", BigInteger, nullable=False, default=0),
+    Column("output_tokens", BigInteger, nullable=False, default=0),
+    Column("total_tokens", BigInteger, nullable=False, default=0),
+    Column("cost_usd", Float, nullable=False, default=0.0),
+    Column("duration_ms", BigInteger, nullable=False, default=0),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Index("ix_workflows_tenant_session", "tenant_id", "session_id"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column(
+        "workflow_id",
+        String(ID_LENGTH),
+        ForeignKey("workflows.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("type", String(40), nullable=False),
+    Column("agent_id", Text, nullable=False, default=""),
+    Column("message", Text, nullable=False, default=""),
+    # The producer's JSON text, kept verbatim so large integers stay exact.
+    Column("payload", Text, nullable=False, default="{}"),
+    Column("timestamp", UtcDateTime, nullable=False),
+    Column("trace_id", Text, nullable=False, default=""),
+)
+
+
+async def create_schema(engine: AsyncEngine) -> None:
+    """Create missing tables (idempotent); proper migrations replace this later."""
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)

@@ -1,0 +1,98 @@
+"""Domain records of the workflow log: what producers submit, what the log holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from shuttle.envelope import EPHEMERAL_TYPES
+
+
+class WorkflowStatus(StrEnum):
+    """Lifecycle of a workflow, derived from the lifecycle events of its log."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {WorkflowStatus.COMPLETED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED}
+)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token and cost totals of a workflow, as its terminal event reports them."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass(frozen=True)
+class WorkflowRecord:
+    """One workflow's row: its tenant, lifecycle status, seq counter and outcome."""
+
+    workflow_id: str
+    tenant_id: str
+    owner: str
+    status: WorkflowStatus
+    query: str
+    session_id: str
+    last_seq: int
+    created_at: datetime
+    updated_at: datetime
+    result: str = ""
+    error: str = ""
+    usage: Usage = field(default_factory=Usage)
+    duration_ms: int = 0
+    stream_ended: bool = False
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event as a producer submits it: the log assigns seq (and timestamp when None)."""
+
+    type: str
+    agent_id: str = ""
+    message: str = ""
+    payload_json: str = ""
+    timestamp: datetime | None = None
+    trace_id: str = ""
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """An event with its place in the log."""
+
+    workflow_id: str
+    seq: int
+    type: str
+    agent_id: str
+    message: str
+    payload_json: str
+    timestamp: datetime
+    trace_id: str
+
+    @property
+    def ephemeral(self) -> bool:
+        """Held only in the hot tier, never in SQL."""
+        return self.type in EPHEMERAL_TYPES
+
+
+@dataclass(frozen=True)
+class EventPage:
+    """One page of history; ``next_seq`` is 0 when there is nothing after it."""
+
+    events: list[StoredEvent]
+    next_seq: int

@@ -1,0 +1,128 @@
+"""Checks on what callers send, with messages that say which field or event is wrong."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Sequence
+
+from shuttle.envelope import EVENT_TYPE_NAMES
+
+from .errors import InvalidArgument
+from .models import ID_LENGTH
+from .records import NewEvent
+
+MAX_BATCH_EVENTS = 1000
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+DEFAULT_PAGE_LIMIT = 100
+MAX_PAGE_LIMIT = 1000
+
+_ID_PATTERN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._:@-]{{0,{ID_LENGTH - 1}}}")
+_KNOWN_TYPES = frozenset(EVENT_TYPE_NAMES)
+
+
+def check_id(field: str, value: str) -> None:
+    """Ids are 1-128 characters of letters, digits and ``._:@-``, starting alphanumeric."""
+    if not value:
+        raise InvalidArgument(f"{field} is required")
+    if not _ID_PATTERN.fullmatch(value):
+        raise InvalidArgument(
+            f"{field} {value[:ID_LENGTH]!r} is not a valid id: use 1-{ID_LENGTH} letters, "
+            "digits or ._:@- starting with a letter or digit"
+        )
+
+
+def check_key(field: str, value: str) -> None:
+    """Free-form keys (session ids) only need to fit their column."""
+    if len(value) > ID_LENGTH:
+        raise InvalidArgument(f"{field} is {len(value)} characters; at most {ID_LENGTH} allowed")
+
+
+def check_batch(batch: Sequence[NewEvent]) -> None:
+    """A batch is 1-1000 events of known types, JSON-object payloads, at most 4 MiB,
+    with nothing after a STREAM_END."""
+    if not batch:
+        raise InvalidArgument("events is empty: a batch holds at least one event")
+    if len(batch) > MAX_BATCH_EVENTS:
+        raise InvalidArgument(
+            f"batch has {len(batch)} events; at most {MAX_BATCH_EVENTS} are allowed per append"
+        )
+    size = sum(_size(event) for event in batch)
+    if size > MAX_BATCH_BYTES:
+        raise InvalidArgument(
+            f"batch is {size} bytes; at most {MAX_BATCH_BYTES} (4 MiB) are allowed per append"
+        )
+    end_at: int | None = None
+    for index, event in enumerate(batch):
+        if end_at is not None:
+            raise InvalidArgument(
+                f"event {index}: nothing may follow STREAM_END (event {end_at} of this batch)"
+            )
+        if event.type not in _KNOWN_TYPES:
+            raise InvalidArgument(
+                f"event {index}: type {event.type or 'EVENT_TYPE_UNSPECIFIED'} is not an "
+                "event type; set one of the 35 EventType values"
+            )
+        _check_payload(index, event.payload_json)
+        if event.timestamp is not None and event.timestamp.tzinfo is None:
+            raise InvalidArgument(f"event {index}: timestamp has no time zone")
+        if event.type == "STREAM_END":
+            end_at = index
+
+
+def check_types(types: Collection[str] | None) -> frozenset[str] | None:
+    """A types filter: None or empty means all types."""
+    if not types:
+        return None
+    for index, name in enumerate(types):
+        if name not in _KNOWN_TYPES:
+            raise InvalidArgument(
+                f"types[{index}]: {name or 'EVENT_TYPE_UNSPECIFIED'} is not an event type"
+            )
+    return frozenset(types)
+
+
+def check_limit(limit: int) -> int:
+    """The page size: 0 means the default of 100; more than 1000 is refused."""
+    if limit < 0:
+        raise InvalidArgument(f"limit must not be negative (got {limit})")
+    if limit > MAX_PAGE_LIMIT:
+        raise InvalidArgument(f"limit must be at most {MAX_PAGE_LIMIT} (got {limit})")
+    return limit or DEFAULT_PAGE_LIMIT
+
+
+def _check_payload(index: int, payload_json: str) -> None:
+    if not payload_json:
+        return  # an absent payload is an empty object
+    try:
+        value = json.loads(payload_json, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise InvalidArgument(f"event {index}: payload_json is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument(
+            f"event {index}: payload_json must be a JSON object, not {_json_kind(value)}"
+        )
+
+
+def _reject_constant(name: str) -> object:
+    # Python's json accepts NaN and Infinity; JSON (and every browser) does not.
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    return "a number"
+
+
+def _size(event: NewEvent) -> int:
+    return sum(
+        len(text.encode("utf-8"))
+        for text in (event.type, event.agent_id, event.message, event.payload_json, event.trace_id)
+    )
