@@ -1,0 +1,95 @@
+"""Fixtures: a real SQLite file per test, the domain EventLog, and the real gRPC server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.events.__main__ import build
+from services.events.db import create_engine
+from services.events.hot import MemoryHotTier
+from services.events.log import EventLog
+from services.events.models import create_schema
+from services.events.store import SqlEventStore
+from shuttle.grpc_server import GrpcService
+from shuttle.settings import Settings
+from shuttle.v1 import events_pb2_grpc
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    return f"sqlite+aiosqlite:///{tmp_path / 'events.db'}"
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(database_url)
+    await create_schema(engine)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def store(engine: AsyncEngine) -> SqlEventStore:
+    return SqlEventStore(engine)
+
+
+@pytest.fixture
+def hot() -> MemoryHotTier:
+    return MemoryHotTier()
+
+
+@pytest.fixture
+def event_log(store: SqlEventStore, hot: MemoryHotTier) -> EventLog:
+    return EventLog(store, hot)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    # Explicit values win over any SHUTTLE_* variables of the environment running the tests.
+    return Settings(database_url="", data_dir=tmp_path / "var", events_host="127.0.0.1")
+
+
+class RunningEvents:
+    """The events service as `python -m services.events` builds it, started on a free port."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.service: GrpcService | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.service = await build(self.settings)
+        self.port = await self.service.start("127.0.0.1", 0)
+
+    async def stop(self) -> None:
+        if self.service is not None:
+            await self.service.stop(grace=1.0)
+            self.service = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+async def server(settings: Settings) -> AsyncIterator[RunningEvents]:
+    running = RunningEvents(settings)
+    await running.start()
+    yield running
+    await running.stop()
+
+
+@pytest.fixture
+async def channel(server: RunningEvents) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        yield channel
+
+
+@pytest.fixture
+def stub(channel: grpc.aio.Channel) -> events_pb2_grpc.EventServiceAsyncStub:
+    return events_pb2_grpc.EventServiceStub(channel)

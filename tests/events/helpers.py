@@ -1,0 +1,45 @@
+"""Small builders shared by the events tests."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from services.events.records import NewEvent, StoredEvent
+from shuttle.envelope import type_value
+from shuttle.v1 import common_pb2
+
+
+def new(kind: str, payload: dict[str, Any] | None = None, message: str = "") -> NewEvent:
+    """A domain event of type `kind` with an optional payload."""
+    return NewEvent(
+        type=kind,
+        agent_id="agent-main",
+        message=message,
+        payload_json=json.dumps(payload) if payload is not None else "",
+    )
+
+
+def draft(
+    kind: str, payload: dict[str, Any] | None = None, message: str = ""
+) -> common_pb2.EventDraft:
+    """A protobuf draft of type `kind` with an optional payload."""
+    return common_pb2.EventDraft(
+        type=type_value(kind),
+        agent_id="agent-main",
+        message=message,
+        payload_json=json.dumps(payload) if payload is not None else "",
+    )
+
+
+def progress(count: int) -> list[NewEvent]:
+    return [new("PROGRESS", {"step": step}) for step in range(count)]
+
+
+async def collect(events: AsyncIterator[StoredEvent]) -> list[StoredEvent]:
+    return [event async for event in events]
+
+
+def seqs(events: list[StoredEvent]) -> list[int]:
+    return [event.seq for event in events]

@@ -1,0 +1,372 @@
+"""EventLog: concurrent appends, replay from hot tier or SQL, live tail, history pages."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Collection
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.events.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.events.hot import HotWindow, MemoryHotTier
+from services.events.log import EventLog
+from services.events.records import NewEvent, StoredEvent
+from services.events.store import SqlEventStore
+
+from .helpers import collect, new, progress, seqs
+
+FINISH = [new("WORKFLOW_COMPLETED", {"result": "done"}), new("STREAM_END")]
+
+
+async def make(event_log: EventLog, workflow_id: str = "wf-1", tenant: str = "t1") -> str:
+    record = await event_log.create_workflow(tenant_id=tenant, workflow_id=workflow_id)
+    return record.workflow_id
+
+
+class Subscriber:
+    """Streams in a background task, handing each event to the test through a queue."""
+
+    def __init__(self, events: AsyncIterator[StoredEvent]) -> None:
+        self.queue: asyncio.Queue[StoredEvent] = asyncio.Queue()
+        self.task = asyncio.create_task(self._run(events))
+
+    async def _run(self, events: AsyncIterator[StoredEvent]) -> None:
+        async for event in events:
+            self.queue.put_nowait(event)
+
+    async def take(self, count: int) -> list[StoredEvent]:
+        return [await self.queue.get() for _ in range(count)]
+
+
+async def test_created_workflow_gets_a_generated_id(event_log: EventLog) -> None:
+    record = await event_log.create_workflow(tenant_id="t1", query="hi")
+    assert record.workflow_id.startswith("wf-")
+    assert (await event_log.get_workflow(record.workflow_id, "t1")).query == "hi"
+
+
+async def test_twenty_concurrent_appenders_get_exactly_one_to_n(event_log: EventLog) -> None:
+    await make(event_log)
+
+    async def appender(index: int) -> list[list[int]]:
+        return [
+            await event_log.append("wf-1", "t1", progress(1 + (index + n) % 4)) for n in range(5)
+        ]
+
+    results = await asyncio.gather(*(appender(i) for i in range(20)))
+    batches = [batch for result in results for batch in result]
+    for batch in batches:
+        assert batch == list(range(batch[0], batch[0] + len(batch)))
+    everything = sorted(seq for batch in batches for seq in batch)
+    assert everything == list(range(1, len(everything) + 1))
+    page = await event_log.list_events("wf-1", "t1", limit=1000)
+    assert seqs(page.events) == everything
+
+
+async def test_late_subscriber_gets_everything_then_live_until_stream_end(
+    event_log: EventLog,
+) -> None:
+    await make(event_log)
+    await event_log.append("wf-1", "t1", [new("WORKFLOW_STARTED"), *progress(3)])
+    subscriber = Subscriber(event_log.stream("wf-1", "t1"))
+    assert seqs(await subscriber.take(4)) == [1, 2, 3, 4]
+    await event_log.append("wf-1", "t1", progress(2))
+    assert seqs(await subscriber.take(2)) == [5, 6]
+    await event_log.append("wf-1", "t1", FINISH)
+    assert [e.type for e in await subscriber.take(2)] == ["WORKFLOW_COMPLETED", "STREAM_END"]
+    await subscriber.task  # the stream ends by itself after STREAM_END
+    assert subscriber.queue.empty()
+
+
+async def test_subscriber_from_the_middle(event_log: EventLog) -> None:
+    await make(event_log)
+    await event_log.append("wf-1", "t1", [*progress(6), *FINISH])
+    assert seqs(await collect(event_log.stream("wf-1", "t1", from_seq=4))) == [4, 5, 6, 7, 8]
+
+
+async def test_stream_of_a_finished_log_read_past_its_end_is_empty(event_log: EventLog) -> None:
+    await make(event_log)
+    await event_log.append("wf-1", "t1", FINISH)
+    assert await collect(event_log.stream("wf-1", "t1", from_seq=3)) == []
+    assert seqs(await collect(event_log.stream("wf-1", "t1", from_seq=2))) == [2]
+
+
+async def test_ephemeral_events_are_replayed_from_the_hot_tier(event_log: EventLog) -> None:
+    await make(event_log)
+    await event_log.append(
+        "wf-1",
+        "t1",
+        [
+            new("THREAD_MESSAGE_DELTA", {"delta": "4"}),
+            new("THREAD_MESSAGE_DELTA", {"delta": "2"}),
+            new("THREAD_MESSAGE_COMPLETED", {"content": "42"}),
+            *FINISH,
+        ],
+    )
+    replay = await collect(event_log.stream("wf-1", "t1"))
+    assert [e.type for e in replay] == [
+        "THREAD_MESSAGE_DELTA",
+        "THREAD_MESSAGE_DELTA",
+        "THREAD_MESSAGE_COMPLETED",
+        "WORKFLOW_COMPLETED",
+        "STREAM_END",
+    ]
+    page = await event_log.list_events("wf-1", "t1", types=["THREAD_MESSAGE_DELTA"])
+    assert seqs(page.events) == [1, 2]
+
+
+async def test_types_filter_still_delivers_stream_end(event_log: EventLog) -> None:
+    await make(event_log)
+    await event_log.append(
+        "wf-1", "t1", [new("TOOL_INVOKED"), *progress(2), new("TOOL_OBSERVATION"), *FINISH]
+    )
+    events = await collect(
+        event_log.stream("wf-1", "t1", types=["TOOL_INVOKED", "TOOL_OBSERVATION"])
+    )
+    assert [(e.seq, e.type) for e in events] == [
+        (1, "TOOL_INVOKED"),
+        (4, "TOOL_OBSERVATION"),
+        (6, "STREAM_END"),
+    ]
+
+
+async def test_resume_has_no_gap_or_repeat_while_appends_race(event_log: EventLog) -> None:
+    await make(event_log)
+    batches = 40
+
+    async def producer() -> None:
+        for n in range(batches):
+            await event_log.append("wf-1", "t1", progress(1 + n % 3))
+            await asyncio.sleep(0)
+        await event_log.append("wf-1", "t1", FINISH)
+
+    producing = asyncio.create_task(producer())
+    first: list[StoredEvent] = []
+    async for event in event_log.stream("wf-1", "t1"):
+        first.append(event)
+        if len(first) == 15:
+            break  # the client drops mid-run
+    resumed = await collect(event_log.stream("wf-1", "t1", from_seq=first[-1].seq + 1))
+    await producing
+    combined = seqs(first) + seqs(resumed)
+    total = (await event_log.get_workflow("wf-1", "t1")).last_seq
+    assert combined == list(range(1, total + 1))
+    assert resumed[-1].type == "STREAM_END"
+
+
+async def test_switch_from_sql_to_hot_tier_while_appends_race(store: SqlEventStore) -> None:
+    """A tiny hot tier forces the replay through SQL and back, racing the producer."""
+    event_log = EventLog(store, MemoryHotTier(max_events=5), replay_page=4)
+    await make(event_log)
+    await event_log.append("wf-1", "t1", progress(30))
+
+    async def producer() -> None:
+        for _ in range(25):
+            await event_log.append("wf-1", "t1", progress(2))
+            await asyncio.sleep(0)
+        await event_log.append("wf-1", "t1", FINISH)
+
+    producing = asyncio.create_task(producer())
+    events = await collect(event_log.stream("wf-1", "t1"))
+    await producing
+    assert seqs(events) == list(range(1, 30 + 50 + 2 + 1))
+
+
+async def test_trimmed_hot_tier_replays_durable_events_from_sql(store: SqlEventStore) -> None:
+    event_log = EventLog(store, MemoryHotTier(max_events=3))
+    await make(event_log)
+    await event_log.append(
+        "wf-1",
+        "t1",
+        [new("LLM_PARTIAL"), new("PROGRESS"), new("LLM_PARTIAL"), *progress(3), *FINISH],
+    )
+    # Seqs 1-5 are out of the hot tier; of them only the durable 2, 4 and 5 survive.
+    assert seqs(await collect(event_log.stream("wf-1", "t1"))) == [2, 4, 5, 6, 7, 8]
+
+
+async def test_restarted_log_replays_from_sql_and_keeps_numbering(
+    store: SqlEventStore, engine: AsyncEngine
+) -> None:
+    before = EventLog(store, MemoryHotTier())
+    await make(before)
+    await before.append("wf-1", "t1", [new("WORKFLOW_STARTED"), new("LLM_PARTIAL"), *progress(2)])
+
+    after = EventLog(SqlEventStore(engine), MemoryHotTier())  # new objects, empty hot tier
+    subscriber = Subscriber(after.stream("wf-1", "t1"))
+    assert seqs(await subscriber.take(3)) == [1, 3, 4]  # the ephemeral 2 died with the process
+    assert await after.append("wf-1", "t1", progress(1)) == [5]
+    assert seqs(await subscriber.take(1)) == [5]
+    await after.append("wf-1", "t1", FINISH)
+    assert seqs(await subscriber.take(2)) == [6, 7]
+    await subscriber.task
+
+
+async def test_restarted_log_waits_past_lost_ephemeral_tail(
+    store: SqlEventStore, engine: AsyncEngine
+) -> None:
+    before = EventLog(store, MemoryHotTier())
+    await make(before)
+    await before.append("wf-1", "t1", [*progress(1), new("LLM_PARTIAL")])
+    after = EventLog(SqlEventStore(engine), MemoryHotTier())
+    subscriber = Subscriber(after.stream("wf-1", "t1"))
+    assert seqs(await subscriber.take(1)) == [1]
+    await after.append("wf-1", "t1", FINISH)
+    assert seqs(await subscriber.take(2)) == [3, 4]
+    await subscriber.task
+
+
+async def test_list_pages_merge_durable_and_hot_events(event_log: EventLog) -> None:
+    await make(event_log)
+    await event_log.append(
+        "wf-1", "t1", [new("PROGRESS"), new("LLM_PARTIAL"), new("PROGRESS"), new("LLM_PARTIAL")]
+    )
+    await event_log.append("wf-1", "t1", progress(1))
+    first = await event_log.list_events("wf-1", "t1", limit=2)
+    assert (seqs(first.events), first.next_seq) == ([1, 2], 3)
+    second = await event_log.list_events("wf-1", "t1", from_seq=first.next_seq, limit=2)
+    assert (seqs(second.events), second.next_seq) == ([3, 4], 5)
+    last = await event_log.list_events("wf-1", "t1", from_seq=second.next_seq, limit=2)
+    assert (seqs(last.events), last.next_seq) == ([5], 0)
+    exact = await event_log.list_events("wf-1", "t1", limit=5)
+    assert (len(exact.events), exact.next_seq) == (5, 0)
+
+
+async def test_list_defaults_to_a_hundred(event_log: EventLog) -> None:
+    await make(event_log)
+    await event_log.append("wf-1", "t1", progress(150))
+    page = await event_log.list_events("wf-1", "t1")
+    assert (len(page.events), page.next_seq) == (100, 101)
+
+
+async def test_list_after_restart_has_durable_history(
+    store: SqlEventStore, engine: AsyncEngine
+) -> None:
+    before = EventLog(store, MemoryHotTier())
+    await make(before)
+    await before.append("wf-1", "t1", [new("PROGRESS"), new("LLM_PARTIAL"), *FINISH])
+    after = EventLog(SqlEventStore(engine), MemoryHotTier())
+    page = await after.list_events("wf-1", "t1")
+    assert (seqs(page.events), page.next_seq) == ([1, 3, 4], 0)
+
+
+@pytest.mark.parametrize(
+    ("batch", "message"),
+    [
+        ([], "events is empty"),
+        (progress(1001), "batch has 1001 events; at most 1000"),
+        ([new("PROGRESS", {"blob": "x" * (4 * 1024 * 1024)})], "at most 4194304 (4 MiB)"),
+        ([new("PROGRESS"), NewEvent(type="")], "event 1: type EVENT_TYPE_UNSPECIFIED"),
+        (
+            [NewEvent(type="PROGRESS", payload_json="[1, 2]")],
+            "event 0: payload_json must be a JSON object, not an array",
+        ),
+        (
+            [NewEvent(type="PROGRESS", payload_json="{nope")],
+            "event 0: payload_json is not valid JSON",
+        ),
+        (
+            [NewEvent(type="PROGRESS", payload_json='{"x": NaN}')],
+            "event 0: payload_json is not valid JSON",
+        ),
+        ([new("STREAM_END"), new("PROGRESS")], "event 1: nothing may follow STREAM_END"),
+    ],
+)
+async def test_invalid_batches_store_nothing_and_consume_no_seq(
+    event_log: EventLog, batch: list[NewEvent], message: str
+) -> None:
+    await make(event_log)
+    await event_log.append("wf-1", "t1", progress(1))
+    with pytest.raises(InvalidArgument, match=message.replace("(", r"\(").replace(")", r"\)")):
+        await event_log.append("wf-1", "t1", batch)
+    assert await event_log.append("wf-1", "t1", progress(1)) == [2]
+
+
+async def test_append_after_stream_end_fails_precondition(event_log: EventLog) -> None:
+    await make(event_log)
+    await event_log.append("wf-1", "t1", FINISH)
+    with pytest.raises(FailedPrecondition, match="STREAM_END at seq 2"):
+        await event_log.append("wf-1", "t1", progress(1))
+
+
+async def test_other_tenant_gets_not_found_everywhere(event_log: EventLog) -> None:
+    await make(event_log)
+    await event_log.append("wf-1", "t1", progress(1))
+    with pytest.raises(NotFound):
+        await event_log.get_workflow("wf-1", "t2")
+    with pytest.raises(NotFound):
+        await event_log.append("wf-1", "t2", progress(1))
+    with pytest.raises(NotFound):
+        await event_log.list_events("wf-1", "t2")
+    with pytest.raises(NotFound):
+        await collect(event_log.stream("wf-1", "t2"))
+
+
+@pytest.mark.parametrize(
+    ("limit", "types", "message"),
+    [
+        (1001, None, "limit must be at most 1000"),
+        (0, ["NOT_A_TYPE"], "types\\[0\\]: NOT_A_TYPE is not an event type"),
+    ],
+)
+async def test_bad_list_arguments(
+    event_log: EventLog, limit: int, types: list[str] | None, message: str
+) -> None:
+    await make(event_log)
+    with pytest.raises(InvalidArgument, match=message):
+        await event_log.list_events("wf-1", "t1", limit=limit, types=types)
+
+
+@pytest.mark.parametrize("workflow_id", ["", "has space", "x" * 129, "-leading-dash"])
+async def test_bad_ids_are_invalid_arguments(event_log: EventLog, workflow_id: str) -> None:
+    with pytest.raises(InvalidArgument, match="workflow_id"):
+        await event_log.create_workflow(tenant_id="t1", workflow_id=workflow_id or " ")
+    with pytest.raises(InvalidArgument, match="workflow_id"):
+        await event_log.get_workflow(workflow_id, "t1")
+
+
+async def test_session_ids_are_free_form_but_bounded(event_log: EventLog) -> None:
+    record = await event_log.create_workflow(tenant_id="t1", session_id="my chat #1")
+    assert record.session_id == "my chat #1"
+    with pytest.raises(InvalidArgument, match="session_id is 129 characters; at most 128"):
+        await event_log.create_workflow(tenant_id="t1", session_id="s" * 129)
+
+
+async def test_missing_tenant_is_an_invalid_argument(event_log: EventLog) -> None:
+    with pytest.raises(InvalidArgument, match="tenant_id is required"):
+        await event_log.create_workflow(tenant_id="")
+
+
+class StaleFirstRead(MemoryHotTier):
+    """The real hot tier, except that appends land right after its first empty answer:
+    the moment a subscriber has seen "nothing hot" but not yet read SQL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.event_log: EventLog | None = None
+        self.raced = False
+
+    async def read(
+        self, workflow_id: str, from_seq: int, limit: int, types: Collection[str] | None = None
+    ) -> HotWindow:
+        window = await super().read(workflow_id, from_seq, limit, types)
+        if window.first_seq is None and not self.raced and self.event_log is not None:
+            self.raced = True
+            await self.event_log.append(workflow_id, "t1", [new("LLM_PROMPT"), new("PROGRESS")])
+        return window
+
+
+async def test_events_published_while_a_new_subscriber_reads_sql_are_not_skipped(
+    store: SqlEventStore,
+) -> None:
+    hot = StaleFirstRead()
+    event_log = EventLog(store, hot)
+    hot.event_log = event_log
+    await make(event_log)
+    subscriber = Subscriber(event_log.stream("wf-1", "t1"))
+    # One at a time, so a skipped event fails the test instead of leaving it waiting.
+    assert [(e.seq, e.type) for e in await subscriber.take(1)] == [(1, "LLM_PROMPT")]
+    assert [(e.seq, e.type) for e in await subscriber.take(1)] == [(2, "PROGRESS")]
+    assert hot.raced
+    await event_log.append("wf-1", "t1", FINISH)
+    assert seqs(await subscriber.take(2)) == [3, 4]
+    await subscriber.task
