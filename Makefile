@@ -47,7 +47,7 @@ test-integration: install
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy shuttle services gateway tests
+	$(PY) -m mypy shuttle services gateway tests bench
 
 bench: install
 	$(PY) -m bench.end_to_end

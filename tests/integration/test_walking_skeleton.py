@@ -16,11 +16,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from shuttle.launcher import LaunchError, Supervisor
-from shuttle.settings import Settings
 from shuttle.v1 import planner_pb2, planner_pb2_grpc
 from tests.support.scripted_openai import Reply, ScriptedOpenAI, text, tool_call
 from tests.support.sse import Frame, read_stream
-from tests.support.stack import Stack, free_ports, start_stack
+from tests.support.stack import Stack, settings_on_free_ports, start_stack
 
 pytestmark = pytest.mark.integration
 
@@ -236,15 +235,8 @@ def test_the_demo_model_answers_arithmetic_offline(tmp_path: Path) -> None:
 
 
 def test_a_busy_port_is_reported_with_the_variable_to_change(tmp_path: Path) -> None:
-    events, tools, planner, executor, gateway = free_ports(5)
-    settings = Settings(
-        events_port=events,
-        tools_port=tools,
-        planner_port=planner,
-        executor_port=executor,
-        gateway_port=gateway,
-        data_dir=tmp_path,
-    )
+    settings = settings_on_free_ports(tmp_path)
+    planner = settings.planner_port
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", planner))
         squatter.listen()

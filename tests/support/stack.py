@@ -6,7 +6,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from shuttle.launcher import Supervisor
+from shuttle.launcher import GRPC_SERVICES, Supervisor
 from shuttle.settings import Settings
 
 
@@ -35,10 +35,9 @@ class Stack:
         return {name: process.returncode for name, process in processes.items()}
 
 
-def start_stack(data_dir: Path, openai_base_url: str = "") -> Stack:
-    """All five processes on free ports; an empty `openai_base_url` means the demo model."""
+def settings_on_free_ports(data_dir: Path) -> Settings:
     events, tools, planner, executor, gateway = free_ports(5)
-    settings = Settings(
+    return Settings(
         events_port=events,
         tools_port=tools,
         planner_port=planner,
@@ -46,6 +45,11 @@ def start_stack(data_dir: Path, openai_base_url: str = "") -> Stack:
         gateway_port=gateway,
         data_dir=data_dir,
     )
+
+
+def start_stack(data_dir: Path, openai_base_url: str = "") -> Stack:
+    """All five processes on free ports; an empty `openai_base_url` means the demo model."""
+    settings = settings_on_free_ports(data_dir)
     env = {
         "OPENAI_BASE_URL": openai_base_url,
         "OPENAI_API_KEY": "test-key" if openai_base_url else "",
@@ -55,5 +59,5 @@ def start_stack(data_dir: Path, openai_base_url: str = "") -> Stack:
     }
     supervisor = Supervisor(settings, data_dir / "logs", extra_env=env)
     supervisor.start(timeout_seconds=60)
-    ports = {"events": events, "tools": tools, "planner": planner, "executor": executor}
-    return Stack(supervisor, f"http://127.0.0.1:{gateway}", ports)
+    ports = {name: settings.grpc_bind(name)[1] for name in GRPC_SERVICES}
+    return Stack(supervisor, f"http://127.0.0.1:{settings.gateway_port}", ports)
