@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     max_iterations: int = Field(50, ge=1, le=1000)
     tool_timeout_seconds: float = Field(30.0, gt=0)
 
+    # Prometheus metrics of a gRPC service on their own HTTP port (0: off); the gateway
+    # serves /metrics on its own port.
+    metrics_port: int = Field(0, ge=0, le=65535)
+
     log_level: str = "INFO"
     log_format: str = Field("json", pattern="^(json|text)$")
     shutdown_grace_seconds: float = Field(10.0, ge=0)
