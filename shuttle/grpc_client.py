@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import grpc
 
+from shuttle.telemetry import client_interceptors
+
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_permit_without_calls", 1),
@@ -12,4 +14,7 @@ CHANNEL_OPTIONS = [
 
 
 def open_channel(target: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+    """A channel whose calls carry the caller's trace context to the service."""
+    return grpc.aio.insecure_channel(
+        target, options=CHANNEL_OPTIONS, interceptors=client_interceptors()
+    )

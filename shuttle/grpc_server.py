@@ -14,6 +14,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from shuttle.metrics import MetricsInterceptor
+from shuttle.telemetry import server_interceptors
+
 log = logging.getLogger(__name__)
 
 Registrar = Callable[[grpc.aio.Server], None]
@@ -48,7 +51,9 @@ class GrpcService:
     _health: health_aio.HealthServicer | None = None
 
     async def start(self, host: str, port: int, port_variable: str = "") -> int:
-        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server = grpc.aio.server(
+            options=SERVER_OPTIONS, interceptors=[*server_interceptors(), MetricsInterceptor()]
+        )
         self.register(server)
         health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)

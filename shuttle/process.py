@@ -8,7 +8,10 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from shuttle.grpc_server import GrpcService, PortInUseError, run_until_signalled
+from shuttle.logs import configure_logging
+from shuttle.metrics import serve_metrics
 from shuttle.settings import Settings, SettingsError, load_settings
+from shuttle.telemetry import configure_tracing, shutdown_tracing
 
 ServiceFactory = Callable[[Settings], Awaitable[GrpcService]]
 
@@ -20,10 +23,11 @@ def main(service: str, build: ServiceFactory) -> None:
     except SettingsError as exc:
         print(f"shuttle {service}: {exc}", file=sys.stderr)
         sys.exit(2)
-    from shuttle.logs import configure_logging
-
     configure_logging(service, settings.log_level, settings.log_format)
+    configure_tracing(settings, service)
     host, port = settings.grpc_bind(service)
+    if settings.metrics_port:
+        serve_metrics(host, settings.metrics_port)
 
     async def serve() -> None:
         grpc_service = await build(settings)
@@ -41,3 +45,5 @@ def main(service: str, build: ServiceFactory) -> None:
         logging.getLogger(service).error(str(exc))
         print(f"shuttle {service}: {exc}", file=sys.stderr)
         sys.exit(3)
+    finally:
+        shutdown_tracing()

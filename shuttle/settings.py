@@ -70,6 +70,14 @@ class Settings(BaseSettings):
     # serves /metrics on its own port.
     metrics_port: int = Field(0, ge=0, le=65535)
 
+    # The standard OpenTelemetry variables; traces leave the process only when an OTLP
+    # endpoint or OTEL_TRACES_EXPORTER=otlp is set.
+    otel_traces_exporter: str = Field("", validation_alias=AliasChoices("OTEL_TRACES_EXPORTER"))
+    otel_exporter_otlp_endpoint: str = Field(
+        "", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
+    otel_service_name: str = Field("", validation_alias=AliasChoices("OTEL_SERVICE_NAME"))
+
     log_level: str = "INFO"
     log_format: str = Field("json", pattern="^(json|text)$")
     shutdown_grace_seconds: float = Field(10.0, ge=0)
@@ -89,6 +97,12 @@ class Settings(BaseSettings):
     @property
     def sqlalchemy_url(self) -> str:
         return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'shuttle.db'}"
+
+    @property
+    def exports_traces(self) -> bool:
+        if self.otel_traces_exporter in ("none", "console"):
+            return False
+        return self.otel_traces_exporter == "otlp" or bool(self.otel_exporter_otlp_endpoint)
 
     @property
     def uses_demo_model(self) -> bool:

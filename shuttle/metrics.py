@@ -1,0 +1,128 @@
+"""Every Prometheus metric Shuttle exports, in one place; each process updates its own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeAlias
+
+import grpc
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+# -- runs (executor) ------------------------------------------------------------------------
+RUNS_STARTED = Counter("shuttle_runs_started_total", "Runs started.")
+RUNS_FINISHED = Counter("shuttle_runs_finished_total", "Runs finished, by outcome.", ["status"])
+RUN_ITERATIONS = Histogram(
+    "shuttle_run_iterations", "Tool-loop iterations per run.", buckets=(1, 2, 3, 5, 8, 13, 21, 50)
+)
+LLM_CALLS = Counter("shuttle_llm_calls_total", "Model calls.", ["model", "outcome"])
+LLM_TOKENS = Counter("shuttle_llm_tokens_total", "Tokens by model.", ["model", "direction"])
+LLM_COST = Counter("shuttle_llm_cost_usd_total", "Estimated cost by model.", ["model"])
+
+# -- tools ----------------------------------------------------------------------------------
+TOOL_CALLS = Counter("shuttle_tool_calls_total", "Tool calls by outcome.", ["tool", "outcome"])
+TOOL_SECONDS = Histogram("shuttle_tool_duration_seconds", "Tool call duration.", ["tool"])
+HOOK_BLOCKS = Counter("shuttle_hook_blocks_total", "Tool calls blocked by a hook.", ["hook"])
+APPROVALS_PENDING = Gauge("shuttle_approvals_pending", "Approvals waiting for a decision.")
+
+# -- event log ------------------------------------------------------------------------------
+EVENTS_APPENDED = Counter("shuttle_events_appended_total", "Events appended by type.", ["type"])
+SUBSCRIBER_CATCHUPS = Counter(
+    "shuttle_subscriber_catchups_total", "Stream readers that fell behind and read from SQL."
+)
+SUBSCRIBER_LAG = Histogram(
+    "shuttle_subscriber_lag_events",
+    "How far behind the newest event a stream reader was when it read.",
+    buckets=(0, 1, 10, 100, 1_000, 10_000),
+)
+
+# -- gateway --------------------------------------------------------------------------------
+SSE_CONNECTIONS = Gauge("shuttle_sse_connections", "Open SSE streams.", ["dialect"])
+
+# -- gRPC -----------------------------------------------------------------------------------
+GRPC_SECONDS = Histogram(
+    "shuttle_grpc_server_handling_seconds",
+    "Server-side gRPC latency (streams: until the last message).",
+    ["method", "code"],
+)
+
+
+def serve_metrics(host: str, port: int) -> None:
+    """Expose /metrics of a gRPC service on its own HTTP port (a background thread)."""
+    start_http_server(port, addr=host)
+
+
+Handler = Callable[..., Any]
+# Quoted: the stubs make RpcMethodHandler generic, the runtime class is not.
+MethodHandler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
+
+class MetricsInterceptor(grpc.aio.ServerInterceptor):
+    """Times every RPC; a hand-written interceptor because the maintained Prometheus ones
+    target the synchronous server only."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[MethodHandler | None]],
+        details: grpc.HandlerCallDetails,
+    ) -> MethodHandler | None:
+        handler = await continuation(details)
+        method = details.method
+        if (
+            handler is None
+            or method.startswith("/grpc.health")
+            or method.startswith("/grpc.reflection")
+        ):
+            return handler
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                _timed_unary(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                _timed_stream(method, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+
+def _code_of(context: grpc.aio.ServicerContext[Any, Any], failed: bool) -> str:
+    code = context.code()
+    if code is None:
+        return "UNKNOWN" if failed else "OK"
+    return str(code.name) if isinstance(code, grpc.StatusCode) else str(code)
+
+
+def _timed_unary(method: str, behaviour: Handler) -> Handler:
+    async def timed(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        started = time.perf_counter()
+        failed = True
+        try:
+            response = await behaviour(request, context)
+            failed = False
+            return response
+        finally:
+            code = _code_of(context, failed)
+            GRPC_SECONDS.labels(method, code).observe(time.perf_counter() - started)
+
+    return timed
+
+
+def _timed_stream(method: str, behaviour: Handler) -> Handler:
+    async def timed(
+        request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        started = time.perf_counter()
+        failed = True
+        try:
+            async for message in behaviour(request, context):
+                yield message
+            failed = False
+        finally:
+            code = _code_of(context, failed)
+            GRPC_SECONDS.labels(method, code).observe(time.perf_counter() - started)
+
+    return timed

@@ -1,0 +1,58 @@
+"""Tracing for every process: an OpenTelemetry TracerProvider, OTLP export when configured,
+and the gRPC interceptors that carry one trace across all services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.instrumentation.grpc import (
+    aio_client_interceptors,
+    aio_server_interceptor,
+    filters,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from shuttle.settings import Settings
+
+# Health checks run every few seconds per probe: spans for them would drown real traffic.
+_NOT_HEALTH = filters.negate(filters.health_check())
+
+
+def configure_tracing(settings: Settings, service: str) -> TracerProvider:
+    """Install this process's provider. Spans are always made (event envelopes carry trace
+    ids); they leave the process only when OTLP export is configured."""
+    resource = Resource.create({"service.name": settings.otel_service_name or f"shuttle-{service}"})
+    provider = TracerProvider(resource=resource)
+    if settings.exports_traces:
+        exporter = OTLPSpanExporter(endpoint=settings.otel_exporter_otlp_endpoint or None)
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def shutdown_tracing() -> None:
+    """Flush what the batch processor still holds (on a clean stop)."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        provider.shutdown()
+
+
+def server_interceptors() -> list[Any]:
+    return [aio_server_interceptor(filter_=_NOT_HEALTH)]  # type: ignore[no-untyped-call]
+
+
+def client_interceptors() -> list[Any]:
+    return list(aio_client_interceptors(filter_=_NOT_HEALTH))  # type: ignore[no-untyped-call]
+
+
+def current_trace_id() -> str:
+    """The active trace id as 32 hex digits, or "" outside any span."""
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else ""
+
+
+tracer = trace.get_tracer("shuttle")
