@@ -12,6 +12,7 @@ import uvicorn
 from gateway.app import create_app
 from shuttle.logs import configure_logging
 from shuttle.settings import AuthMode, SettingsError, is_loopback, load_settings
+from shuttle.telemetry import configure_tracing, shutdown_tracing
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -31,6 +32,7 @@ def main() -> None:
     except SettingsError as exc:
         sys.exit(f"shuttle gateway: {exc}")
     configure_logging("gateway", settings.log_level, settings.log_format)
+    configure_tracing(settings, "gateway")
     log = logging.getLogger("gateway")
     host, port = settings.gateway_host, settings.gateway_port
     if settings.auth is AuthMode.OFF and not is_loopback(host):
@@ -58,7 +60,10 @@ def main() -> None:
     # the process, so a clean stop exits 0 as the other services do.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        shutdown_tracing()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway import stream, tasks
 from gateway.backends import Backends
@@ -36,6 +38,15 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(tasks.router)
     app.include_router(stream.router)
+
+    # One span per request (not per SSE chunk); probes and scrapes are left out.
+    FastAPIInstrumentor.instrument_app(
+        app, excluded_urls="healthz,readyz,metrics", exclude_spans=["send", "receive"]
+    )
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -13,6 +13,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from gateway.errors import ApiError
 from gateway.tasks import Clients, Tenant, parse_types
 from shuttle.envelope import to_json_dict, type_name
+from shuttle.metrics import SSE_CONNECTIONS
 from shuttle.v1 import common_pb2, events_pb2
 
 router = APIRouter(prefix="/api/v1")
@@ -71,6 +72,7 @@ async def stream_sse(
         # A client that disconnects cancels this generator and with it the gRPC stream;
         # the run itself is untouched.
         first = True
+        SSE_CONNECTIONS.labels("typed").inc()
         try:
             async for event in call:
                 yield frame(event, first)
@@ -79,6 +81,7 @@ async def stream_sse(
             error = {"error": {"code": exc.code().name.lower(), "message": exc.details()}}
             yield ServerSentEvent(data=json.dumps(error), event="error")
         finally:
+            SSE_CONNECTIONS.labels("typed").dec()
             call.cancel()
 
     return EventSourceResponse(
