@@ -22,18 +22,10 @@ import httpx
 import openai
 
 from services.tools.builtins.calculator import Calculator
-from tests.support.scripted_openai import Reply, ScriptedOpenAI, text, tool_call
+from tests.support.models import arithmetic_model
+from tests.support.scripted_openai import ScriptedOpenAI
 from tests.support.sse import parse_frames
 from tests.support.stack import start_stack
-
-
-def arithmetic_model(body: dict[str, Any]) -> Reply:
-    messages = body["messages"]
-    if body.get("stream"):
-        return text("The answer is 84, computed with the calculator tool.")
-    if messages[-1]["role"] == "tool":
-        return text(f"It is {messages[-1]['content']}.")
-    return tool_call("calculator", {"expression": "12*7"}, "call_1")
 
 
 async def shuttle_run(client: httpx.AsyncClient) -> tuple[float, int]:

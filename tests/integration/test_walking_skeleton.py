@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import socket
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from shuttle.launcher import LaunchError, Supervisor
 from shuttle.v1 import planner_pb2, planner_pb2_grpc
-from tests.support.scripted_openai import Reply, ScriptedOpenAI, text, tool_call
+from tests.support.models import arithmetic_model
+from tests.support.scripted_openai import ScriptedOpenAI
 from tests.support.sse import Frame, read_stream
 from tests.support.stack import Stack, settings_on_free_ports, start_stack
 
@@ -37,20 +37,6 @@ EXPECTED_ORDER = [
     "WORKFLOW_COMPLETED",
     "STREAM_END",
 ]
-
-
-def arithmetic_model(body: dict[str, Any]) -> Reply:
-    """A scripted model: calls the calculator for the question's expression, then answers."""
-    messages = body["messages"]
-    if body.get("stream"):
-        found = re.search(r"calculator\(.*\) → (\S+)", messages[-1]["content"])
-        return text(f"The answer is {found.group(1) if found else 'unknown'}.")
-    if messages[-1]["role"] == "tool":
-        return text(f"It is {messages[-1]['content']}.")
-    question = next(m["content"] for m in messages if m["role"] == "user")
-    expression = re.search(r"\d+\s*[-+*/]\s*\d+", question)
-    assert expression, question
-    return tool_call("calculator", {"expression": expression.group(0)}, call_id="call_calc")
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,75 @@
+"""One task is one trace: all five processes export to an OTLP receiver the test runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.models import arithmetic_model
+from tests.support.otlp_receiver import OtlpReceiver
+from tests.support.scripted_openai import ScriptedOpenAI
+from tests.support.sse import read_stream
+from tests.support.stack import start_stack
+
+pytestmark = pytest.mark.integration
+
+SERVICES = {
+    "shuttle-gateway",
+    "shuttle-executor",
+    "shuttle-planner",
+    "shuttle-tools",
+    "shuttle-events",
+}
+
+
+def test_one_task_is_one_trace_across_every_service(tmp_path: Path) -> None:
+    receiver = OtlpReceiver().start()
+    model = ScriptedOpenAI(handler=arithmetic_model).start()
+    stack = start_stack(
+        tmp_path,
+        model.base_url,
+        extra_env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_BSP_SCHEDULE_DELAY": "50",
+        },
+    )
+    try:
+        created = httpx.post(
+            f"{stack.gateway}/api/v1/tasks", json={"query": "What is 12*7?"}, timeout=30
+        ).json()
+        status, frames = read_stream(
+            stack.gateway, f"/api/v1/stream/sse?workflow_id={created['workflow_id']}"
+        )
+        assert status == 200 and frames[-1].event == "STREAM_END"
+    finally:
+        stack.stop()  # a clean stop flushes every process's spans
+        model.stop()
+        receiver.stop()
+
+    roots = [s for s in receiver.spans if s.name == "POST /api/v1/tasks"]
+    assert len(roots) == 1, [s.name for s in receiver.spans]
+    trace_id = roots[0].trace_id
+    in_trace = [s for s in receiver.spans if s.trace_id == trace_id]
+    assert {s.service for s in in_trace} == SERVICES
+
+    # Every span hangs off another span of the same trace, up to the gateway's request.
+    ids = {s.span_id for s in in_trace}
+    orphans = [s for s in in_trace if s.parent_span_id not in ids and s is not roots[0]]
+    assert not orphans, [(s.service, s.name) for s in orphans]
+
+    llm_spans = [s for s in in_trace if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert len(llm_spans) == 3  # tool call, answer, streamed synthesis
+    for span in llm_spans:
+        assert span.attributes["gen_ai.request.model"] == "scripted-model"
+        assert span.attributes["gen_ai.usage.output_tokens"] > 0
+        assert span.attributes["gen_ai.response.finish_reasons"]
+    (tool_span,) = [s for s in in_trace if s.name == "execute_tool calculator"]
+    assert tool_span.attributes["gen_ai.tool.name"] == "calculator"
+    assert tool_span.attributes["shuttle.tool.blocked"] is False
+
+    # The envelope of every event names the trace it belongs to.
+    assert {f.envelope["trace_id"] for f in frames} == {trace_id}
+    assert not [s for s in receiver.spans if "Health" in s.name]
