@@ -6,29 +6,38 @@ import logging
 
 from services.executor.grpc_api import ExecutorServicer
 from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
+from services.executor.instrumented import TracedLLM, TracedToolHost
 from services.executor.react import AgentSettings
+from services.executor.routing import GrpcRouter
 from services.executor.runs import RunManager
 from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import GrpcService
 from shuttle.llm.factory import build_llm
 from shuttle.process import main
 from shuttle.settings import Settings
-from shuttle.v1 import events_pb2_grpc, executor_pb2, executor_pb2_grpc, tools_pb2_grpc
+from shuttle.v1 import (
+    events_pb2_grpc,
+    executor_pb2,
+    executor_pb2_grpc,
+    planner_pb2_grpc,
+    tools_pb2_grpc,
+)
 
 log = logging.getLogger("executor")
 
 
 async def build(settings: Settings) -> GrpcService:
-    llm = build_llm(settings)
+    llm = TracedLLM(build_llm(settings))
     if settings.uses_demo_model:
         log.info("LLM: the offline DEMO model (deterministic, arithmetic only)")
     else:
         log.info("LLM: %s at %s", llm.model or "endpoint default", settings.openai_base_url)
     events_channel = open_channel(settings.grpc_target("events"))
     tools_channel = open_channel(settings.grpc_target("tools"))
+    planner_channel = open_channel(settings.grpc_target("planner"))
     events = events_pb2_grpc.EventServiceStub(events_channel)
-    tools = GrpcToolHost(
-        tools_pb2_grpc.ToolServiceStub(tools_channel), settings.tool_timeout_seconds
+    tools = TracedToolHost(
+        GrpcToolHost(tools_pb2_grpc.ToolServiceStub(tools_channel), settings.tool_timeout_seconds)
     )
     runs = RunManager(
         registry=GrpcWorkflowRegistry(events),
@@ -36,14 +45,15 @@ async def build(settings: Settings) -> GrpcService:
         tools=tools,
         llm=llm,
         settings=AgentSettings(settings.max_iterations, settings.tool_timeout_seconds),
+        router=GrpcRouter(planner_pb2_grpc.PlannerServiceStub(planner_channel)),
     )
 
     async def finish_runs() -> None:
         await runs.shutdown(settings.shutdown_grace_seconds)
 
     async def close_channels() -> None:
-        await events_channel.close()
-        await tools_channel.close()
+        for channel in (events_channel, tools_channel, planner_channel):
+            await channel.close()
 
     return GrpcService(
         name="executor",

@@ -12,6 +12,7 @@ from typing import Protocol
 from services.executor.ports import EventSink, ToolHost
 from services.executor.react import AgentSettings, ReActAgent, RunContext
 from services.executor.reporter import RunReporter
+from services.executor.routing import Route, Router
 from shuttle.llm.protocol import LLM, LLMError
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,8 @@ class RunRequest:
     tenant_id: str
     owner: str = ""
     session_id: str = ""
-    mode: str = "STANDARD"
+    mode: str = ""
+    """SIMPLE, STANDARD or COMPLEX when the user forced one; empty lets the router decide."""
 
 
 class WorkflowRegistry(Protocol):
@@ -46,7 +48,9 @@ class RunManager:
         tools: ToolHost,
         llm: LLM,
         settings: AgentSettings,
+        router: Router | None = None,
     ) -> None:
+        self._router = router
         self._registry = registry
         self._sinks = sinks
         self._tools = tools
@@ -71,7 +75,14 @@ class RunManager:
         reporter = RunReporter(self._sinks(workflow_id, request.tenant_id))
         started = time.monotonic()
         try:
-            await reporter.workflow_started(request.query, request.mode, request.session_id, 0.0)
+            route = (
+                await self._router.route(workflow_id, request.query, request.mode)
+                if self._router is not None
+                else Route(request.mode or "STANDARD", 0.0)
+            )
+            await reporter.workflow_started(
+                request.query, route.mode, request.session_id, route.estimated_complexity
+            )
             agent = ReActAgent(self._llm, self._tools, reporter, self._settings)
             result = await agent.run(request.query, RunContext(workflow_id, request.tenant_id))
             await reporter.workflow_completed(
