@@ -14,6 +14,8 @@ from services.executor.react import AgentSettings, ReActAgent, RunContext
 from services.executor.reporter import RunReporter
 from services.executor.routing import Route, Router
 from shuttle.llm.protocol import LLM, LLMError
+from shuttle.logs import current_workflow
+from shuttle.metrics import RUN_ITERATIONS, RUNS_FINISHED, RUNS_STARTED
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,9 @@ class RunManager:
     async def _execute(self, workflow_id: str, request: RunRequest) -> None:
         reporter = RunReporter(self._sinks(workflow_id, request.tenant_id))
         started = time.monotonic()
+        current_workflow.set(workflow_id)  # this task's log lines name the run
+        RUNS_STARTED.inc()
+        log.info("run started")
         try:
             route = (
                 await self._router.route(workflow_id, request.query, request.mode)
@@ -92,6 +97,9 @@ class RunManager:
                 agents_used=1,
                 tools_invoked=len(result.steps),
             )
+            RUNS_FINISHED.labels("completed").inc()
+            RUN_ITERATIONS.observe(result.iterations)
+            log.info("run completed", extra={"iterations": result.iterations})
         except asyncio.CancelledError:
             await self._fail(reporter, workflow_id, "SHUTDOWN", "the executor shut down mid-run")
             raise
@@ -107,6 +115,8 @@ class RunManager:
     async def _fail(
         self, reporter: RunReporter, workflow_id: str, error_type: str, message: str
     ) -> None:
+        RUNS_FINISHED.labels("failed").inc()
+        log.warning("run failed: %s", message, extra={"error_type": error_type})
         try:
             await reporter.error(error_type, message, fatal=True)
         except Exception:
