@@ -93,7 +93,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
     app.include_router(openai_compat.router)
     app.add_route(
         "/shuttle.v1.{service}/{method}",
-        app.state.grpc_web,
+        app.state.grpc_web.handle,
         methods=["POST"],
         include_in_schema=False,
     )

@@ -72,7 +72,7 @@ class GrpcWebProxy:
         self.active_calls = 0
         """Upstream calls in flight; tests watch it fall back to 0 after a disconnect."""
 
-    async def __call__(self, request: Request) -> Response:
+    async def handle(self, request: Request) -> Response:
         content_type = parse_content_type(request.headers.get("content-type", ""))
         if content_type is None:
             return Response(

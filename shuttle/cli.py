@@ -40,6 +40,7 @@ Shuttle is running.
   storage   {storage}; hot tier in-process
   model     {model}
   logs      {log_dir}/<service>.log
+  console   {gateway}/   (auth {settings.auth.value}; CLI: shuttle run "What is 12*7?")
 
 Try it:
   curl -s -X POST {gateway}/api/v1/tasks -H 'Content-Type: application/json' \\

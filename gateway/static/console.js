@@ -47,15 +47,15 @@
   }
   const handlers = {
     WORKFLOW_STARTED: (e) => { setStatus("running"); $("run-query").textContent = e.payload.query || ""; },
-    AGENT_THINKING: (e) => { if (e.payload.status === "done" && e.payload.reasoning) item("thinking", "💭 " + esc(e.payload.reasoning)); },
+    AGENT_THINKING: (e) => { if (e.payload.status === "done" && e.payload.reasoning) item("thinking", "Thought · " + esc(e.payload.reasoning)); },
     TOOL_INVOKED: (e) => {
       const p = e.payload;
-      const li = item("tool running", "<details><summary>🔧 " + esc(p.tool_name) + "</summary><div>Arguments</div><pre class=\"args\">" + esc(p.tool_args) + "</pre><div class=\"obs\"></div></details>");
+      const li = item("tool running", "<details><summary>Tool · " + esc(p.tool_name) + "</summary><div>Arguments</div><pre class=\"args\">" + esc(p.tool_args) + "</pre><div class=\"obs\"></div></details>");
       state.tools[p.call_id || e.seq] = li;
     },
     TOOL_OBSERVATION: (e) => {
       const p = e.payload;
-      const li = state.tools[p.call_id] || item("tool", "<details><summary>🔧 " + esc(p.tool_name) + "</summary><div class=\"obs\"></div></details>");
+      const li = state.tools[p.call_id] || item("tool", "<details><summary>Tool · " + esc(p.tool_name) + "</summary><div class=\"obs\"></div></details>");
       li.classList.remove("running");
       if (p.error) li.classList.add("error");
       li.querySelector(".obs").innerHTML = "<div>Observation (" + (p.duration_ms || 0) + " ms)</div><pre class=\"observation\">" + esc(p.result) + "</pre>";
@@ -64,7 +64,7 @@
     THREAD_MESSAGE_COMPLETED: (e) => { state.answer = e.payload.content || state.answer; renderAnswer(); },
     APPROVAL_REQUESTED: (e) => {
       const p = e.payload;
-      const li = item("approval", "⏸ Approval needed for <b>" + esc(p.tool_name || "a tool") + "</b><pre>" + esc(p.tool_args || p.arguments || {}) + "</pre>");
+      const li = item("approval", "Approval needed for <b>" + esc(p.tool_name || "a tool") + "</b><pre>" + esc(p.tool_args || p.arguments || {}) + "</pre>");
       const id = p.approval_id;
       ["approved", "denied"].forEach((decision) => {
         const b = document.createElement("button");
@@ -77,12 +77,12 @@
       });
     },
     APPROVAL_DECISION: (e) => item("notice", "Approval " + esc(e.payload.decision || e.payload.status || "") ),
-    MESSAGE_RECEIVED: (e) => { if (e.payload.from === "user") item("notice", "↪ You: " + esc(e.payload.content || e.message)); },
+    MESSAGE_RECEIVED: (e) => { if (e.payload.from === "user") item("notice", "Follow-up: " + esc(e.payload.content || e.message)); },
     WORKSPACE_UPDATED: (e) => { if (e.payload.kind === "compact") item("notice", "— context compacted —"); },
     WORKFLOW_PAUSED: () => setStatus("paused"),
     WORKFLOW_RESUMED: () => setStatus("running"),
     WORKFLOW_CANCELLED: () => setStatus("cancelled"),
-    ERROR_OCCURRED: (e) => { item("notice", "⚠ " + esc(e.payload.error_message || e.message)); if (e.payload.fatal) setStatus("failed"); },
+    ERROR_OCCURRED: (e) => { item("notice", "Error: " + esc(e.payload.error_message || e.message)); if (e.payload.fatal) setStatus("failed"); },
     WORKFLOW_COMPLETED: (e) => {
       const p = e.payload;
       setStatus("completed");

@@ -47,7 +47,9 @@ def settings_on_free_ports(data_dir: Path) -> Settings:
     )
 
 
-def start_stack(data_dir: Path, openai_base_url: str = "") -> Stack:
+def start_stack(
+    data_dir: Path, openai_base_url: str = "", extra_env: dict[str, str] | None = None
+) -> Stack:
     """All five processes on free ports; an empty `openai_base_url` means the demo model."""
     settings = settings_on_free_ports(data_dir)
     env = {
@@ -56,6 +58,7 @@ def start_stack(data_dir: Path, openai_base_url: str = "") -> Stack:
         "SHUTTLE_DATABASE_URL": "",
         "SHUTTLE_MODEL": "",
         "SHUTTLE_LOG_LEVEL": "INFO",
+        **(extra_env or {}),
     }
     supervisor = Supervisor(settings, data_dir / "logs", extra_env=env)
     supervisor.start(timeout_seconds=60)
