@@ -33,7 +33,7 @@ $(STUBS): $(PROTOS) | $(STAMP)
 	@$(MAKE) --no-print-directory proto
 
 run: install
-	$(PY) -m shuttle.cli run
+	$(PY) -m shuttle.cli up
 
 test: install
 	$(PY) -m pytest -q

@@ -7,7 +7,7 @@ import os
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PORTS = {"events": 50051, "tools": 50052, "planner": 50053, "executor": 50054}
@@ -47,6 +47,16 @@ class Settings(BaseSettings):
     gateway_port: int = Field(DEFAULT_GATEWAY_PORT, ge=0, le=65535)
     auth: AuthMode = AuthMode.OFF
     default_tenant: str = "default"
+    # Requests per API key (or per client while auth is off), in `limits` notation.
+    rate_limit: str = "600/minute"
+    # HMAC key of EventSource stream tickets; empty: a random one per gateway process.
+    ticket_secret: str = ""
+    ticket_ttl_seconds: int = Field(300, ge=1, le=86_400)
+    # Browser origins allowed to call the gateway cross-origin (grpc-web, API); comma list.
+    cors_origins: str = ""
+    # Used by the `shuttle` CLI: where the gateway is and the key to present.
+    gateway_url: str = ""
+    api_key: str = ""
 
     database_url: str = ""
     data_dir: Path = Path("var")
@@ -82,6 +92,17 @@ class Settings(BaseSettings):
     log_format: str = Field("json", pattern="^(json|text)$")
     shutdown_grace_seconds: float = Field(10.0, ge=0)
 
+    @field_validator("rate_limit")
+    @classmethod
+    def _rate_limit_parses(cls, value: str) -> str:
+        from limits import parse
+
+        try:
+            parse(value)
+        except ValueError:
+            raise ValueError("expected a rate such as '600/minute' or '10 per second'") from None
+        return value
+
     def grpc_bind(self, service: str) -> tuple[str, int]:
         return getattr(self, f"{service}_host"), getattr(self, f"{service}_port")
 
@@ -103,6 +124,19 @@ class Settings(BaseSettings):
         if self.otel_traces_exporter in ("none", "console"):
             return False
         return self.otel_traces_exporter == "otlp" or bool(self.otel_exporter_otlp_endpoint)
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+    @property
+    def gateway_base_url(self) -> str:
+        if self.gateway_url:
+            return self.gateway_url.rstrip("/")
+        host = self.gateway_host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"http://{host}:{self.gateway_port}"
 
     @property
     def uses_demo_model(self) -> bool:
