@@ -94,6 +94,7 @@ class Settings(BaseSettings):
     python_exec_enabled: bool = False
     python_exec_timeout_seconds: float = Field(20.0, gt=0)
     python_exec_memory_mb: int = Field(512, ge=64)
+    python_exec_interpreter: str = ""
     tool_providers: dict[str, str] = Field(default_factory=dict)
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
 

@@ -95,8 +95,9 @@ class ApprovalStore:
         timeout_seconds: float,
     ) -> Approval:
         now = datetime.now(UTC)
-        values = {
-            "id": f"appr-{uuid.uuid4().hex}",
+        approval_id = f"appr-{uuid.uuid4().hex}"
+        values: dict[str, Any] = {
+            "id": approval_id,
             "tenant_id": tenant_id,
             "workflow_id": workflow_id,
             "call_id": call_id,
@@ -113,7 +114,7 @@ class ApprovalStore:
         }
         async with self._engine.begin() as conn:
             await conn.execute(tool_approvals.insert().values(**values))
-        return await self.get(values["id"], tenant_id)
+        return await self.get(approval_id, tenant_id)
 
     async def get(self, approval_id: str, tenant_id: str) -> Approval:
         """The approval, if it belongs to `tenant_id`; another tenant's is not found."""
