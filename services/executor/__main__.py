@@ -28,7 +28,9 @@ async def build(settings: Settings) -> GrpcService:
     tools_channel = open_channel(settings.grpc_target("tools"))
     events = events_pb2_grpc.EventServiceStub(events_channel)
     tools = GrpcToolHost(
-        tools_pb2_grpc.ToolServiceStub(tools_channel), settings.tool_timeout_seconds
+        tools_pb2_grpc.ToolServiceStub(tools_channel),
+        settings.tool_timeout_seconds,
+        settings.approval_timeout_seconds,
     )
     runs = RunManager(
         registry=GrpcWorkflowRegistry(events),

@@ -185,5 +185,11 @@ def test_constructor_validation(registry: ToolRegistry) -> None:
 def test_list_tools_filters(host: ToolHost) -> None:
     assert [s.name for s in host.list_tools(category="math")] == ["calculator"]
     assert [s.name for s in host.list_tools(names=["repeat"])] == ["repeat"]
-    assert [s.name for s in host.list_tools(read_only_only=True)] == ["calculator", "repeat"]
+    assert [s.name for s in host.list_tools(read_only_only=True)] == [
+        "calculator",
+        "datetime",
+        "json_transform",
+        "text_utils",
+        "repeat",
+    ]
     assert len(host.list_tools(tenant_id="acme")) == len(host.registry)
