@@ -24,6 +24,7 @@ from sqlalchemy import (
     event,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 ID_LENGTH = 128
@@ -109,5 +110,13 @@ def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
 
 
 async def create_schema(engine: AsyncEngine) -> None:
-    async with engine.begin() as conn:
-        await conn.run_sync(metadata.create_all)
+    """Create missing tables. Replicas starting together may race to create the same table;
+    the loser sees it exist on the next attempt."""
+    for attempt in range(3):
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(metadata.create_all)
+            return
+        except DBAPIError:
+            if attempt == 2:
+                raise
