@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from services.tools.buckets import MemoryBuckets
 from services.tools.catalog import ToolRegistry
 from services.tools.hooks.base import (
     ALLOW,
@@ -25,7 +26,6 @@ from services.tools.hooks.config import HooksConfigError, build_chain, load_hook
 from services.tools.hooks.policy import DenyHook, RedactHook, SetArgumentsHook
 from services.tools.hooks.read_only import ReadOnlyGuard
 from services.tools.hooks.truncation import TruncationHook
-from services.tools.buckets import MemoryBuckets
 from services.tools.host import ToolCallRequest, ToolHost
 
 

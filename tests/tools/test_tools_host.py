@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from services.tools.catalog import ToolRegistry
 from services.tools.host import ToolCallRequest, ToolCallResult, ToolHost
 
 
-async def call(host: ToolHost, tool: str, arguments: object = None, **extra: str) -> ToolCallResult:
+async def call(host: ToolHost, tool: str, arguments: object = None, **extra: Any) -> ToolCallResult:
     text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
     return await host.execute(
         ToolCallRequest(tool_name=tool, arguments_json=text, call_id="call-1", **extra)

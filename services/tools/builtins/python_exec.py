@@ -37,6 +37,8 @@ from services.tools.catalog import ToolError, ToolOutput, ToolSpec
 
 MAX_CODE_CHARS = 50_000
 SANDBOX_USER = "nobody"
+# After the process group is killed, how long the rest of its output may take to drain.
+READ_GRACE_SECONDS = 2.0
 
 # Runs in the child before the snippet. Kept free of imports beyond sys/os.
 _BOOTSTRAP = r"""
@@ -150,6 +152,32 @@ async def _read_capped(stream: asyncio.StreamReader, limit: int) -> tuple[bytes,
     return bytes(data), len(data) >= limit
 
 
+async def _exited(pid: int) -> None:
+    """Wait until `pid` exits, without reaping it.
+
+    asyncio's Process.wait() also waits for the pipes to close, which a child the script
+    forked can hold open forever; a pidfd reports the script's own exit, so its group can
+    be killed right then.
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # already exited and reaped
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
@@ -223,26 +251,30 @@ class PythonExec:
             extra_groups=[] if user else None,
         )
         assert process.stdout is not None
+        reader = asyncio.ensure_future(_read_capped(process.stdout, limits.output_bytes))
         timed_out = False
         try:
             async with asyncio.timeout(limits.wall_seconds):
-                output, cut = await _read_capped(process.stdout, limits.output_bytes)
-                await process.wait()
+                await _exited(process.pid)
         except TimeoutError:
             timed_out = True
-            output, cut = b"", False
         finally:
-            # The child leads its own process group; kill everything it may have left.
+            # The child leads its own process group; kill everything it may have left, which
+            # also closes the pipe any leftover held open.
             _kill_group(process.pid)
             if process.returncode is None:
                 await process.wait()
+        try:
+            output, cut = await asyncio.wait_for(reader, READ_GRACE_SECONDS)
+        except TimeoutError:
+            output, cut = b"", False  # something outside the group still holds the pipe
         text = output.decode("utf-8", errors="replace")
         if cut:
             text += f"\n…[output cut at {limits.output_bytes:,} bytes]"
         if timed_out:
             raise ToolError(
                 f"python_exec: the script ran longer than {limits.wall_seconds:g} seconds and "
-                "was stopped"
+                f"was stopped; its output so far:\n{text}"
             )
         return ToolOutput(text=self._describe(process.returncode or 0, text, limits))
 
@@ -258,6 +290,8 @@ class PythonExec:
             why = f"it was killed by signal {-code}"
         else:
             why = f"exit status {code}"
+        if "File too large" in text:
+            why += f"; it wrote a file larger than {limits.file_bytes:,} bytes"
         if "MemoryError" in text:
             why += f"; it ran out of memory (limit {limits.memory_bytes // 2**20} MiB)"
         raise ToolError(f"python_exec: the script failed ({why}):\n{text}")
