@@ -7,7 +7,15 @@ import os
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PORTS = {"events": 50051, "tools": 50052, "planner": 50053, "executor": 50054}
@@ -21,6 +29,23 @@ class AuthMode(StrEnum):
 
 class SettingsError(Exception):
     """Raised with a message naming the bad variable."""
+
+
+class McpServerConfig(BaseModel):
+    """One MCP server: a command to run over stdio, or a streamable-HTTP URL."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: str = ""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    url: str = ""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if bool(self.command) == bool(self.url):
+            raise ValueError("an MCP server needs exactly one of 'command' (stdio) or 'url'")
+        return self
 
 
 class Settings(BaseSettings):
@@ -88,6 +113,21 @@ class Settings(BaseSettings):
     )
     otel_service_name: str = Field("", validation_alias=AliasChoices("OTEL_SERVICE_NAME"))
 
+    # Tool host: hooks, approvals, workspaces, sandboxes, remote providers (docs/tools.md).
+    tool_hooks_file: Path | None = None
+    approval_timeout_seconds: float = Field(1800.0, gt=0)
+    tool_max_observation_chars: int = Field(20_000, ge=100)
+    tool_workspace_dir: Path | None = None
+    tool_workspace_quota_bytes: int = Field(50 * 1024 * 1024, ge=0)
+    http_allow_hosts: list[str] = Field(default_factory=list)
+    http_max_response_bytes: int = Field(2 * 1024 * 1024, ge=1)
+    python_exec_enabled: bool = False
+    python_exec_timeout_seconds: float = Field(20.0, gt=0)
+    python_exec_memory_mb: int = Field(512, ge=64)
+    python_exec_interpreter: str = ""
+    tool_providers: dict[str, str] = Field(default_factory=dict)
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+
     log_level: str = "INFO"
     log_format: str = Field("json", pattern="^(json|text)$")
     shutdown_grace_seconds: float = Field(10.0, ge=0)
@@ -137,6 +177,10 @@ class Settings(BaseSettings):
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
         return f"http://{host}:{self.gateway_port}"
+
+    @property
+    def workspace_root(self) -> Path:
+        return self.tool_workspace_dir or self.data_dir / "workspaces"
 
     @property
     def uses_demo_model(self) -> bool:

@@ -37,7 +37,11 @@ async def build(settings: Settings) -> GrpcService:
     planner_channel = open_channel(settings.grpc_target("planner"))
     events = events_pb2_grpc.EventServiceStub(events_channel)
     tools = TracedToolHost(
-        GrpcToolHost(tools_pb2_grpc.ToolServiceStub(tools_channel), settings.tool_timeout_seconds)
+        GrpcToolHost(
+            tools_pb2_grpc.ToolServiceStub(tools_channel),
+            settings.tool_timeout_seconds,
+            settings.approval_timeout_seconds,
+        )
     )
     runs = RunManager(
         registry=GrpcWorkflowRegistry(events),

@@ -73,7 +73,9 @@ async def test_native_loop_runs_the_tool_then_streams_the_answer(
     # What the model received: tools offered natively, the tool result right after the call,
     # and a synthesis call that carries the trace.
     loop_call, after_tool, synthesis = model.requests
-    assert [t["function"]["name"] for t in loop_call["tools"]] == ["calculator"]
+    offered = [t["function"]["name"] for t in loop_call["tools"]]
+    assert offered[0] == "calculator"
+    assert "python_exec" not in offered  # off unless enabled
     assert after_tool["messages"][-2]["tool_calls"][0]["id"] == "call_a"
     assert after_tool["messages"][-1] == {"role": "tool", "tool_call_id": "call_a", "content": "84"}
     assert synthesis["stream"] is True and "tools" not in synthesis

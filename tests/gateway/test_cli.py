@@ -48,4 +48,4 @@ def test_run_streams_steps_and_the_answer(auth_stack: AuthStack) -> None:
 def test_approve_reports_the_services_answer(auth_stack: AuthStack) -> None:
     done = shuttle(auth_stack, "approve", "ap-1")
     assert done.returncode == 1
-    assert "501" in done.stderr and "DecideApproval" in done.stderr
+    assert "404" in done.stderr and "ap-1" in done.stderr

@@ -80,5 +80,5 @@ def test_approval_decisions_reach_the_tools_service(auth_stack: AuthStack) -> No
         assert bad.status_code == 400
         assert "decision" in bad.json()["error"]["message"]
         reply = client.post("/api/v1/approvals/ap-1", json={"decision": "approved"})
-    assert reply.status_code == 501
-    assert "DecideApproval" in reply.json()["error"]["message"]
+    assert reply.status_code == 404
+    assert "ap-1" in reply.json()["error"]["message"]
