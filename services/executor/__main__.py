@@ -23,7 +23,8 @@ async def build(settings: Settings) -> GrpcService:
     if settings.uses_demo_model:
         log.info("LLM: the offline DEMO model (deterministic, arithmetic only)")
     else:
-        log.info("LLM: %s at %s", llm.model or "endpoint default", settings.openai_base_url)
+        where = settings.models_file or settings.openai_base_url
+        log.info("LLM: %s from %s", llm.model or "endpoint default", where)
     events_channel = open_channel(settings.grpc_target("events"))
     tools_channel = open_channel(settings.grpc_target("tools"))
     events = events_pb2_grpc.EventServiceStub(events_channel)
