@@ -272,9 +272,7 @@ class OpenAIChatStream:
     an error rather than a silent restart that would repeat it.
     """
 
-    def __init__(
-        self, llm: OpenAIModel, messages: list[Message], tools: list[ToolSchema]
-    ) -> None:
+    def __init__(self, llm: OpenAIModel, messages: list[Message], tools: list[ToolSchema]) -> None:
         self._llm = llm
         self._messages = messages
         self._tools = tools
