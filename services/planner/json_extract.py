@@ -61,7 +61,10 @@ def _best_in(text: str) -> tuple[Any] | None:
         rank = (isinstance(value, dict), end - start)
         if best is None or rank > best[:2]:
             best = (*rank, value)
-        skip_until = end
+        if isinstance(value, dict):
+            # Objects inside an object are parts of it; objects inside an array stay
+            # candidates, because an object is what callers want.
+            skip_until = end
     return None if best is None else (best[2],)
 
 

@@ -96,6 +96,7 @@ class OpenAIModel:
         *,
         options: ModelOptions | None = None,
         retry_base_seconds: float | None = None,
+        http_client: openai.DefaultAsyncHttpxClient | None = None,
     ) -> None:
         opts = options or ModelOptions()
         policy = replace(opts.retry, max_retries=max_retries)
@@ -108,6 +109,7 @@ class OpenAIModel:
             api_key=api_key or "not-needed",
             timeout=timeout_seconds,
             max_retries=0,  # we retry ourselves, visibly (shuttle.llm.retry)
+            http_client=http_client,
         )
         self._endpoint = _Endpoint(client, model)
         self._observer: RetryObserver | None = None
