@@ -51,6 +51,7 @@ lint: install
 
 bench: install
 	$(PY) -m bench.end_to_end
+	$(PY) -m bench.llm_overhead
 
 fmt: install
 	$(PY) -m ruff format .

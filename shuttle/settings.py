@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 
@@ -95,8 +96,13 @@ class Settings(BaseSettings):
         "", validation_alias=AliasChoices("OPENAI_API_KEY", "SHUTTLE_OPENAI_API_KEY")
     )
     model: str = ""
+    # Several named endpoints with roles, abilities and prices (docs/models.md); wins over
+    # OPENAI_BASE_URL when set.
+    models_file: Path | None = None
     llm_timeout_seconds: float = Field(120.0, gt=0)
     llm_max_retries: int = Field(2, ge=0, le=10)
+    llm_retry_base_seconds: float = Field(0.5, ge=0)
+    llm_retry_max_seconds: float = Field(60.0, ge=0)
 
     max_iterations: int = Field(50, ge=1, le=1000)
     tool_timeout_seconds: float = Field(30.0, gt=0)
@@ -184,7 +190,7 @@ class Settings(BaseSettings):
 
     @property
     def uses_demo_model(self) -> bool:
-        return not (self.openai_base_url or self.openai_api_key)
+        return not (self.models_file or self.openai_base_url or self.openai_api_key)
 
 
 def is_loopback(host: str) -> bool:
@@ -207,6 +213,11 @@ def load_settings() -> Settings:
             variable = field if field.isupper() else f"SHUTTLE_{field.upper()}"
             problems.append(f"{variable}: {err['msg']} (got {err.get('input')!r})")
         raise SettingsError("invalid configuration: " + "; ".join(problems)) from None
+
+
+def process_environment() -> Mapping[str, str]:
+    """The process environment, for the secrets a models file names by variable."""
+    return os.environ
 
 
 def child_environment(overrides: dict[str, str]) -> dict[str, str]:

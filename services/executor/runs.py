@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from services.executor.llm_observer import RunRetryObserver
 from services.executor.ports import EventSink, ToolHost
 from services.executor.react import AgentSettings, ReActAgent, RunContext
 from services.executor.reporter import RunReporter
@@ -88,8 +89,10 @@ class RunManager:
             await reporter.workflow_started(
                 request.query, route.mode, request.session_id, route.estimated_complexity
             )
-            agent = ReActAgent(self._llm, self._tools, reporter, self._settings)
-            result = await agent.run(request.query, RunContext(workflow_id, request.tenant_id))
+            context = RunContext(workflow_id, request.tenant_id)
+            llm = self._llm.with_observer(RunRetryObserver(reporter, context.agent_id))
+            agent = ReActAgent(llm, self._tools, reporter, self._settings)
+            result = await agent.run(request.query, context)
             await reporter.workflow_completed(
                 result.answer,
                 int((time.monotonic() - started) * 1000),

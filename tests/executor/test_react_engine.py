@@ -14,7 +14,9 @@ from tests.support.scripted_openai import Reply, ScriptedOpenAI, error, text, to
 
 
 def openai_model(server: ScriptedOpenAI, retries: int = 0) -> OpenAIModel:
-    return OpenAIModel(server.base_url, "test-key", "scripted-model", 10.0, retries)
+    return OpenAIModel(
+        server.base_url, "test-key", "scripted-model", 10.0, retries, retry_base_seconds=0.01
+    )
 
 
 async def test_native_loop_runs_the_tool_then_streams_the_answer(
@@ -143,7 +145,7 @@ async def test_a_model_that_keeps_failing_ends_the_run_with_a_fatal_error(
     events = await backends.run_to_end(runs, "What is 1+1?")
 
     assert types_of(events)[-2:] == ["ERROR_OCCURRED", "STREAM_END"]
-    failure = first(events, "ERROR_OCCURRED")["payload"]
+    failure = [e for e in events if e["type"] == "ERROR_OCCURRED"][-1]["payload"]
     assert failure["error_type"] == "LLM_ERROR" and failure["fatal"] is True
     assert "upstream exploded" in failure["error_message"]
     assert len(model.requests) == 3  # the first try and two retries

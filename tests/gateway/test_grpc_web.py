@@ -113,8 +113,8 @@ def test_errors_deadlines_and_refusals(auth_stack: AuthStack) -> None:
     _, _, trailers = call(url, "/shuttle.v1.EventService/GetWorkflow", accented, key)
     assert "%C3%A9" in trailers["grpc-message"]
 
-    _, _, unbuilt = call(url, "/shuttle.v1.PlannerService/Route", b"", key)
-    assert unbuilt["grpc-status"] == "12" and "not implemented yet" in unbuilt["grpc-message"]
+    _, _, invalid = call(url, "/shuttle.v1.PlannerService/Route", b"", key)
+    assert invalid["grpc-status"] == "3" and "query" in invalid["grpc-message"]
 
     stream = events_pb2.StreamRequest(workflow_id="wf-x").SerializeToString()
     _, _, late = call(
@@ -211,6 +211,6 @@ def test_connect_web_in_chromium(auth_stack: AuthStack, browser_clients: Path) -
         assert run["tenant"] == "acme"  # the page asked for another tenant; the key decides
         assert run["missing"]["code"] == "NotFound"
         assert "calculator" in run["tools"]
-        assert run["route"]["code"] == "Unimplemented"
-        assert "not implemented yet" in run["route"]["message"]
+        assert run["route"] == {"mode": common_pb2.MODE_SIMPLE, "fastPath": True}
+        assert run["routeError"]["code"] == "InvalidArgument"
         assert run["streamError"]["code"] == "NotFound"

@@ -55,11 +55,13 @@ async function scenario(baseUrl: string, apiKey: string, binary: boolean): Promi
     out.missing = failure(err);
   }
   out.tools = (await tools.listTools({})).tools.map((t) => t.name);
+  const route = await planner.route({ query: "hello" });
+  out.route = { mode: route.mode, fastPath: route.fastPath };
   try {
-    await planner.route({ query: "x" });
-    out.route = "no error";
+    await planner.route({ query: " " });
+    out.routeError = "no error";
   } catch (err) {
-    out.route = failure(err);
+    out.routeError = failure(err);
   }
   // A server stream that fails after the call started: an unknown workflow on Stream.
   try {
