@@ -23,6 +23,7 @@ from services.tools.approvals import (
     ApprovalAlreadyDecidedError,
     ApprovalStore,
 )
+from shuttle.metrics import APPROVALS_PENDING
 
 log = logging.getLogger(__name__)
 
@@ -127,11 +128,14 @@ class ApprovalService:
                 ),
             ],
         )
+        APPROVALS_PENDING.inc()
         try:
             async with asyncio.timeout(request.timeout_seconds):
                 return await self._wait(approval, seqs[0])
         except TimeoutError:
             return await self._time_out(approval, request.agent_id)
+        finally:
+            APPROVALS_PENDING.dec()
 
     async def _wait(self, approval: Approval, from_seq: int) -> Approval:
         while True:

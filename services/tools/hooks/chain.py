@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from services.tools.hooks.base import CallRecord, Hook, HookContext
+from shuttle.metrics import HOOK_BLOCKS
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class HookChain:
                     exc_info=exc,
                     extra={"hook": hook.name, "tool_name": ctx.tool.name},
                 )
+                HOOK_BLOCKS.labels(hook.name).inc()
                 return PreOutcome(
                     allowed=False,
                     arguments=arguments,
@@ -63,6 +65,7 @@ class HookChain:
                     "do not retry it, tell the user it could not be checked",
                 )
             if not verdict.allow:
+                HOOK_BLOCKS.labels(hook.name).inc()
                 return PreOutcome(
                     allowed=False,
                     arguments=arguments,
