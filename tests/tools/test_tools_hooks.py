@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from services.tools.buckets import MemoryBuckets
 from services.tools.catalog import ToolRegistry
@@ -291,3 +292,14 @@ def test_bad_hooks_file_is_refused_with_the_problem(
     with pytest.raises(HooksConfigError, match=message) as caught:
         load_hooks_config(path)
     assert str(path) in str(caught.value)
+
+
+async def test_blocks_are_counted_by_hook(registry: ToolRegistry) -> None:
+    def blocks() -> float:
+        return REGISTRY.get_sample_value("shuttle_hook_blocks_total", {"hook": "deny"}) or 0.0
+
+    before = blocks()
+    host = make_host(registry, DenyHook(reason="no"))
+    await host.execute(call("repeat", text="x"))
+    await host.execute(call("repeat", text="y"))
+    assert blocks() == before + 2
