@@ -12,6 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from shuttle.envelope import stream_id, type_name, type_value
+from shuttle.grpc_client import TENANT_METADATA_KEY
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 from .errors import AlreadyExists, EventsError, FailedPrecondition, InvalidArgument, NotFound
@@ -47,7 +48,7 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
         record = await _call(
             context,
             self._log.create_workflow(
-                tenant_id=request.tenant_id,
+                tenant_id=await _tenant(context, request.tenant_id),
                 owner=request.owner,
                 query=request.query,
                 session_id=request.session_id,
@@ -61,9 +62,8 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
         request: events_pb2.GetWorkflowRequest,
         context: grpc.aio.ServicerContext[events_pb2.GetWorkflowRequest, events_pb2.Workflow],
     ) -> events_pb2.Workflow:
-        record = await _call(
-            context, self._log.get_workflow(request.workflow_id, request.tenant_id)
-        )
+        tenant = await _tenant(context, request.tenant_id)
+        record = await _call(context, self._log.get_workflow(request.workflow_id, tenant))
         return workflow_message(record)
 
     async def Append(
@@ -71,8 +71,18 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
         request: events_pb2.AppendRequest,
         context: grpc.aio.ServicerContext[events_pb2.AppendRequest, events_pb2.AppendResponse],
     ) -> events_pb2.AppendResponse:
+        tenant = await _tenant(context, request.tenant_id)
         batch = [new_event(draft) for draft in request.events]
-        seqs = await _call(context, self._log.append(request.workflow_id, request.tenant_id, batch))
+        seqs = await _call(
+            context,
+            self._log.append(
+                request.workflow_id,
+                tenant,
+                batch,
+                producer_id=request.producer_id,
+                batch_seq=request.batch_seq,
+            ),
+        )
         return events_pb2.AppendResponse(seqs=seqs)
 
     async def Stream(
@@ -80,9 +90,10 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
         request: events_pb2.StreamRequest,
         context: grpc.aio.ServicerContext[events_pb2.StreamRequest, common_pb2.Event],
     ) -> AsyncIterator[common_pb2.Event]:
+        tenant = await _tenant(context, request.tenant_id)
         events = self._log.stream(
             request.workflow_id,
-            request.tenant_id,
+            tenant,
             from_seq=request.from_seq,
             types=_type_names(request.types),
         )
@@ -97,19 +108,37 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
         request: events_pb2.ListRequest,
         context: grpc.aio.ServicerContext[events_pb2.ListRequest, events_pb2.ListResponse],
     ) -> events_pb2.ListResponse:
+        tenant = await _tenant(context, request.tenant_id)
         page = await _call(
             context,
             self._log.list_events(
                 request.workflow_id,
-                request.tenant_id,
+                tenant,
                 from_seq=request.from_seq,
                 limit=request.limit,
                 types=_type_names(request.types),
+                full_results=request.full_results,
             ),
         )
         return events_pb2.ListResponse(
             events=[event_message(event) for event in page.events], next_seq=page.next_seq
         )
+
+
+async def _tenant(context: Context, field_value: str) -> str:
+    """The caller's tenant: the x-shuttle-tenant metadata, else the request's tenant_id;
+    both set and different is refused rather than guessed."""
+    from_metadata = ""
+    for key, value in context.invocation_metadata() or ():
+        if key == TENANT_METADATA_KEY:
+            from_metadata = value if isinstance(value, str) else value.decode()
+    if from_metadata and field_value and from_metadata != field_value:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"tenant_id {field_value!r} differs from the {TENANT_METADATA_KEY} metadata "
+            f"{from_metadata!r}: send one tenant",
+        )
+    return from_metadata or field_value
 
 
 def new_event(draft: common_pb2.EventDraft) -> NewEvent:
@@ -158,6 +187,8 @@ def workflow_message(record: WorkflowRecord) -> events_pb2.Workflow:
             cost_usd=record.usage.cost_usd,
         ),
         duration_ms=record.duration_ms,
+        lease_owner=record.lease_owner,
+        lease_expires_at=_timestamp(record.lease_expires_at) if record.lease_expires_at else None,
     )
 
 

@@ -13,7 +13,7 @@ from services.events.__main__ import build
 from services.events.db import create_engine
 from services.events.hot import MemoryHotTier
 from services.events.log import EventLog
-from services.events.models import create_schema
+from services.events.migrate import migrate
 from services.events.store import SqlEventStore
 from shuttle.grpc_server import GrpcService
 from shuttle.settings import Settings
@@ -28,7 +28,7 @@ def database_url(tmp_path: Path) -> str:
 @pytest.fixture
 async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     engine = create_engine(database_url)
-    await create_schema(engine)
+    await migrate(engine)
     yield engine
     await engine.dispose()
 

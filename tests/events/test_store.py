@@ -53,7 +53,7 @@ async def test_ephemeral_events_take_seqs_but_are_not_stored(
         new("THREAD_MESSAGE_DELTA", {"delta": "lo"}),
         new("THREAD_MESSAGE_COMPLETED", {"content": "Hello"}),
     ]
-    stored = await store.append("wf-e", "t1", batch)
+    stored = (await store.append("wf-e", "t1", batch)).events
     assert seqs(stored) == [1, 2, 3, 4, 5]
     assert [e.ephemeral for e in stored] == [False, True, True, True, False]
     async with engine.connect() as conn:
