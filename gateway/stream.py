@@ -13,6 +13,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from gateway.errors import ApiError
 from gateway.tasks import Clients, Tenant, parse_types
 from shuttle.envelope import to_json_dict, type_name
+from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2
 
 router = APIRouter(prefix="/api/v1")
@@ -59,12 +60,14 @@ async def stream_sse(
     wanted = parse_types(types)
     # Check before answering 200, so a wrong id is a JSON 404 and not an empty stream.
     await clients.events.GetWorkflow(
-        events_pb2.GetWorkflowRequest(workflow_id=workflow_id, tenant_id=tenant)
+        events_pb2.GetWorkflowRequest(workflow_id=workflow_id, tenant_id=tenant),
+        metadata=tenant_metadata(tenant),
     )
     call = clients.events.Stream(
         events_pb2.StreamRequest(
             workflow_id=workflow_id, tenant_id=tenant, from_seq=from_seq, types=wanted
-        )
+        ),
+        metadata=tenant_metadata(tenant),
     )
 
     async def frames() -> AsyncIterator[ServerSentEvent]:

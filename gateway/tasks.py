@@ -13,6 +13,7 @@ from gateway.backends import Backends
 from gateway.errors import ApiError
 from gateway.tenancy import tenant_of
 from shuttle.envelope import to_json_dict, type_value
+from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, executor_pb2
 
 router = APIRouter(prefix="/api/v1")
@@ -75,7 +76,7 @@ async def create_task(body: TaskCreate, tenant: Tenant, clients: Clients) -> JSO
         budget_tokens=body.budget_tokens or 0,
         context_json=json.dumps(body.context) if body.context else "",
     )
-    started = await clients.executor.StartRun(request)
+    started = await clients.executor.StartRun(request, metadata=tenant_metadata(tenant))
     workflow_id = started.workflow_id
     created = TaskCreated(
         workflow_id=workflow_id,
@@ -91,7 +92,8 @@ async def create_task(body: TaskCreate, tenant: Tenant, clients: Clients) -> JSO
 @router.get("/tasks/{workflow_id}")
 async def get_task(workflow_id: str, tenant: Tenant, clients: Clients) -> dict[str, Any]:
     run = await clients.executor.GetRun(
-        executor_pb2.GetRunRequest(workflow_id=workflow_id, tenant_id=tenant)
+        executor_pb2.GetRunRequest(workflow_id=workflow_id, tenant_id=tenant),
+        metadata=tenant_metadata(tenant),
     )
     return {
         "workflow_id": run.workflow_id,
@@ -122,6 +124,7 @@ async def list_events(
     from_seq: Annotated[int, Query(ge=0)] = 1,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     types: str | None = None,
+    full_results: bool = False,
 ) -> dict[str, Any]:
     page = await clients.events.List(
         events_pb2.ListRequest(
@@ -130,7 +133,9 @@ async def list_events(
             from_seq=from_seq,
             limit=limit,
             types=parse_types(types),
-        )
+            full_results=full_results,
+        ),
+        metadata=tenant_metadata(tenant),
     )
     return {
         "workflow_id": workflow_id,
