@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
@@ -28,7 +29,7 @@ def stored(seq: int, kind: str = "PROGRESS", workflow_id: str = "wf-1") -> Store
         type=kind,
         agent_id="a",
         message=f"m{seq}",
-        payload_json='{"n": %d}' % seq,
+        payload_json=json.dumps({"n": seq}),
         timestamp=datetime(2026, 1, 1, tzinfo=UTC),
         trace_id="t",
     )

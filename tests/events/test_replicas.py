@@ -142,6 +142,7 @@ async def test_kill_9_mid_stream_then_resume_loses_and_repeats_nothing(
     await service.start()
     workflow_id = f"wf-{uuid.uuid4()}"
     received: list[int] = []
+    twenty_received = asyncio.Event()
     acknowledged: list[int] = []
     try:
         async with grpc.aio.insecure_channel(service.target) as channel:
@@ -182,6 +183,8 @@ async def test_kill_9_mid_stream_then_resume_loses_and_repeats_nothing(
                     try:
                         async for event in stream:
                             received.append(event.seq)
+                            if len(received) == 20:
+                                twenty_received.set()
                         return
                     except grpc.aio.AioRpcError as exc:
                         if exc.code() != grpc.StatusCode.UNAVAILABLE:
@@ -191,8 +194,7 @@ async def test_kill_9_mid_stream_then_resume_loses_and_repeats_nothing(
             reading = asyncio.create_task(subscriber())
             for batch_seq in range(1, 21):
                 await append_with_retry(batch_seq)
-            while len(received) < 20:
-                await asyncio.sleep(0.05)
+            await asyncio.wait_for(twenty_received.wait(), 30)
             await service.kill()
             restart = asyncio.create_task(service.start())
             for batch_seq in range(21, 41):
