@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -53,6 +55,12 @@ class SqlEventStore:
         self._engine = engine
         self._clock = clock
         self._ephemeral = frozenset(ephemeral_types)
+        # SQLite has one writer at a time. Queueing this process's appends here costs
+        # nothing, while letting them collide makes SQLite's busy handler sleep in steps of
+        # up to 100 ms (measured: a third of the throughput with 8 concurrent workflows).
+        self._write_lock = (
+            asyncio.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
+        )
 
     async def create_workflow(
         self,
@@ -118,7 +126,7 @@ class SqlEventStore:
         call's seqs with no events (nothing new to publish).
         """
         try:
-            async with self._engine.begin() as conn:
+            async with self._write_lock, self._engine.begin() as conn:
                 return await self._append_in(
                     conn, workflow_id, tenant_id, batch, producer_id, batch_seq
                 )
@@ -127,7 +135,7 @@ class SqlEventStore:
         except IntegrityError:
             if not producer_id:
                 raise
-            # Two copies of one retry raced past the check; the loser finds the winner's row.
+            # The batch was appended before (by this replica or another): find its seqs.
             async with self._engine.connect() as conn:
                 earlier = await _earlier(conn, workflow_id, tenant_id, producer_id, batch_seq)
             if earlier is None:
@@ -157,8 +165,10 @@ class SqlEventStore:
                 else_=row_update.status.value,
             )
         # The bump comes first: it takes the row's write lock (PostgreSQL) or the database's
-        # (SQLite) before anything is read, so the dedupe check below sees every batch
-        # committed before ours and SQLite never has to upgrade a read transaction.
+        # (SQLite) before anything is read, so SQLite never has to upgrade a read
+        # transaction. A repeated batch then fails the insert into `appends` (its primary
+        # key), which rolls everything back; `append` answers with the earlier seqs. The
+        # row lock means the earlier batch is always committed by then.
         bump = (
             update(workflows)
             .where(
@@ -170,11 +180,11 @@ class SqlEventStore:
             .returning(workflows.c.last_seq)
         )
         last_seq = (await conn.execute(bump)).scalar_one_or_none()
-        if producer_id:
-            earlier = await _earlier(conn, workflow_id, tenant_id, producer_id, batch_seq)
-            if earlier is not None:
-                raise _Repeat(_repeat_of(earlier, batch, producer_id, batch_seq))  # rolls back
         if last_seq is None:
+            if producer_id:
+                earlier = await _earlier(conn, workflow_id, tenant_id, producer_id, batch_seq)
+                if earlier is not None:
+                    raise _Repeat(_repeat_of(earlier, batch, producer_id, batch_seq))
             raise _Repeat(await _closed_log_answer(conn, workflow_id, tenant_id, batch))
         first_seq = last_seq - len(batch) + 1
         stored = [
