@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, inspect, select
+from sqlalchemy import Table, func, inspect, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.events.hot import MemoryHotTier
@@ -41,7 +41,7 @@ async def test_migrations_create_the_tables_with_their_own_version_table(
     assert await current_revision(engine) == "0001"
 
 
-async def count(engine: AsyncEngine, table, workflow_id: str) -> int:  # type: ignore[no-untyped-def]
+async def count(engine: AsyncEngine, table: Table, workflow_id: str) -> int:
     async with engine.connect() as conn:
         query = select(func.count()).select_from(table).where(table.c.workflow_id == workflow_id)
         return int((await conn.execute(query)).scalar_one())
