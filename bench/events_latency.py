@@ -1,7 +1,10 @@
 """Emit -> subscriber latency of the workflow log (p50/p99) with 1, 100 and 1,000
 subscribers on one workflow, the producer appending one event at a time at a fixed rate.
 
-Three columns, run in this process one after the other on the same machine:
+Each event is emitted on schedule as its own Append, without waiting for the previous
+one to return (as many concurrent runs would), and carries its emit time; latency is until a
+subscriber has it, so it includes the SQL commit. Three columns, run in this process one
+after the other on the same machine:
 - peer: a bare asyncio fan-out (one asyncio.Queue per subscriber), the floor in Python;
 - log: the events service's EventLog in-process (SQLite, in-process hot tier), each event
   committed to SQL before it is fanned out; no gRPC;
@@ -90,9 +93,12 @@ def log_runner(data_dir: Path) -> Runner:
         consumers = [asyncio.create_task(consume()) for _ in range(subscribers)]
         await ready.wait()
         started = time.perf_counter()
+        appends: list[asyncio.Task[list[int]]] = []
         async for _ in paced(rate, count):
-            await log.append(workflow_id, "bench", [NewEvent("PROGRESS", payload_json=stamp())])
+            event = NewEvent("PROGRESS", payload_json=stamp())
+            appends.append(asyncio.create_task(log.append(workflow_id, "bench", [event])))
         reached = count / (time.perf_counter() - started)
+        await asyncio.gather(*appends)
         await log.append(workflow_id, "bench", [NewEvent("WORKFLOW_COMPLETED")])
         await asyncio.gather(*consumers)
         await engine.dispose()
@@ -118,7 +124,8 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
         consumers = [asyncio.create_task(consume(call)) for call in calls]
         await asyncio.sleep(0.5 + subscribers / 500)  # let every stream open
         started = time.perf_counter()
-        async for _ in paced(rate, count):
+
+        async def emit() -> None:
             await stub.Append(
                 events_pb2.AppendRequest(
                     workflow_id=workflow_id,
@@ -126,7 +133,12 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
                 ),
                 metadata=TENANT,
             )
+
+        appends: list[asyncio.Task[None]] = []
+        async for _ in paced(rate, count):
+            appends.append(asyncio.create_task(emit()))
         reached = count / (time.perf_counter() - started)
+        await asyncio.gather(*appends)
         await stub.Append(
             events_pb2.AppendRequest(
                 workflow_id=workflow_id,
