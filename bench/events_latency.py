@@ -42,6 +42,9 @@ from .events_support import Backend, backends, events_service, paced, percentile
 TENANT = tenant_metadata("bench")
 # (subscribers, events per second, events): the last two keep each run to a few seconds.
 CONFIGS = [(1, 1000, 2000), (100, 1000, 1000), (100, 100, 300), (1000, 100, 200)]
+# --sequential: wait for each append before the next, as one executor run does; the rate is
+# then what one producer reaches.
+SEQUENTIAL = False
 Runner = Callable[[int, float, int], Awaitable[tuple[list[float], float]]]
 """Latencies in ms, and the emit rate actually reached (events/s)."""
 
@@ -97,6 +100,8 @@ def log_runner(data_dir: Path) -> Runner:
         async for _ in paced(rate, count):
             event = NewEvent("PROGRESS", payload_json=stamp())
             appends.append(asyncio.create_task(log.append(workflow_id, "bench", [event])))
+            if SEQUENTIAL:
+                await appends[-1]
         reached = count / (time.perf_counter() - started)
         await asyncio.gather(*appends)
         await log.append(workflow_id, "bench", [NewEvent("WORKFLOW_COMPLETED")])
@@ -137,6 +142,8 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
         appends: list[asyncio.Task[None]] = []
         async for _ in paced(rate, count):
             appends.append(asyncio.create_task(emit()))
+            if SEQUENTIAL:
+                await appends[-1]
         reached = count / (time.perf_counter() - started)
         await asyncio.gather(*appends)
         await stub.Append(
@@ -163,7 +170,10 @@ def row(label: str, latencies: list[float], reached: float, expected: int) -> st
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--backend", choices=["sqlite", "pg"], default="sqlite")
+    parser.add_argument("--sequential", action="store_true", help="await each append")
     args = parser.parse_args()
+    global SEQUENTIAL
+    SEQUENTIAL = args.sequential
     with tempfile.TemporaryDirectory() as scratch:
         data_dir = Path(scratch)
         async with backends(data_dir, with_redis=True) as found:
