@@ -6,7 +6,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection
+from sqlalchemy import Connection, inspect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -23,10 +23,25 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
+class UnversionedSchema(RuntimeError):
+    """The database has event tables that no migration created."""
+
+
 async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
     """Bring the schema to `revision` in one transaction (idempotent)."""
+
+    def upgrade(sync: Connection) -> None:
+        tables = set(inspect(sync).get_table_names())
+        if "workflows" in tables and VERSION_TABLE not in tables:
+            raise UnversionedSchema(
+                f"{engine.url.render_as_string()}: its event tables predate migrations "
+                f"(no {VERSION_TABLE} table); remove that database (the embedded default "
+                "is var/shuttle.db) or migrate it by hand"
+            )
+        command.upgrade(alembic_config(sync), revision)
+
     async with engine.begin() as conn:
-        await conn.run_sync(lambda sync: command.upgrade(alembic_config(sync), revision))
+        await conn.run_sync(upgrade)
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:

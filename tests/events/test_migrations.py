@@ -12,9 +12,10 @@ import pytest
 from sqlalchemy import Table, func, inspect, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.events.db import create_engine
 from services.events.hot import MemoryHotTier
 from services.events.log import EventLog
-from services.events.migrate import VERSION_TABLE, current_revision, migrate
+from services.events.migrate import VERSION_TABLE, UnversionedSchema, current_revision, migrate
 from services.events.models import appends, events, tool_results, workflows
 from services.events.retention import RetentionTask, purge
 from services.events.store import SqlEventStore
@@ -101,3 +102,14 @@ async def test_admin_migrate_and_purge_commands(tmp_path: Path) -> None:
     code, output = await run_admin({**env, "SHUTTLE_EVENTS_RETENTION_DAYS": "-1"}, "purge")
     assert code == 2
     assert "SHUTTLE_EVENTS_RETENTION_DAYS" in output
+
+
+async def test_tables_that_predate_migrations_are_reported_clearly(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'old.db'}")
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(lambda sync: workflows.create(sync))
+        with pytest.raises(UnversionedSchema, match="predate migrations"):
+            await migrate(engine)
+    finally:
+        await engine.dispose()
