@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/shuttle/v1/*.proto)
 STUBS  := shuttle/v1/__init__.py
 
-.PHONY: install proto run test test-unit test-integration lint fmt bench clean
+.PHONY: install proto run test test-unit test-integration lint fmt bench bench-events migrate purge clean
 
 install: $(STAMP) $(STUBS)
 
@@ -52,6 +52,19 @@ lint: install
 bench: install
 	$(PY) -m bench.end_to_end
 	$(PY) -m bench.llm_overhead
+
+# Event log figures: append throughput (SQLite, PostgreSQL) and emit->subscriber latency.
+bench-events: install
+	$(PY) -m bench.events_append
+	$(PY) -m bench.events_latency
+
+# The events service's schema (also migrated at its start-up) and its retention purge,
+# with the same SHUTTLE_* settings as the service.
+migrate: install
+	$(PY) -m services.events.admin migrate
+
+purge: install
+	$(PY) -m services.events.admin purge
 
 fmt: install
 	$(PY) -m ruff format .

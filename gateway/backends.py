@@ -7,18 +7,12 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from shuttle.grpc_client import open_channel
+from shuttle.grpc_client import open_channel, tenant_metadata
 from shuttle.settings import Settings
 from shuttle.v1 import events_pb2_grpc, executor_pb2_grpc, tools_pb2_grpc
 
 BACKEND_NAMES = ("executor", "events", "tools", "planner")
-
-TENANT_HEADER = "x-shuttle-tenant"
-
-
-def tenant_metadata(tenant_id: str) -> tuple[tuple[str, str], ...]:
-    """The caller's tenant as gRPC metadata, alongside the request's `tenant_id` field."""
-    return ((TENANT_HEADER, tenant_id),)
+__all__ = ["BACKEND_NAMES", "Backends", "tenant_metadata"]
 
 
 @dataclass

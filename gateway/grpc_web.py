@@ -22,7 +22,7 @@ from google.protobuf.descriptor import MethodDescriptor
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from gateway.backends import TENANT_HEADER, Backends
+from gateway.backends import Backends
 from gateway.errors import ApiError
 from gateway.grpc_web_framing import (
     MESSAGE_FLAG,
@@ -38,6 +38,7 @@ from gateway.grpc_web_framing import (
     trailer_block,
 )
 from gateway.tenancy import caller_of
+from shuttle.grpc_client import TENANT_METADATA_KEY
 from shuttle.v1 import events_pb2, executor_pb2, planner_pb2, tools_pb2  # noqa: F401  (registers)
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ _NOT_METADATA = {
     "host", "content-type", "content-length", "connection", "accept", "accept-encoding",
     "accept-language", "user-agent", "origin", "referer", "x-grpc-web", "x-user-agent",
     "grpc-timeout", "authorization", "x-api-key", "cookie", "te", "keep-alive",
-    "transfer-encoding", "upgrade", "pragma", "cache-control", "priority", TENANT_HEADER,
+    "transfer-encoding", "upgrade", "pragma", "cache-control", "priority", TENANT_METADATA_KEY,
 }  # fmt: skip
 
 
@@ -98,7 +99,7 @@ class GrpcWebProxy:
         backends: Backends = request.app.state.backends
         channel = backends.channels[SERVICE_BACKENDS[service]]
         path = f"/{PACKAGE}.{service}/{method_name}"
-        metadata = (*forwarded_metadata(request), (TENANT_HEADER, caller.tenant_id))
+        metadata = (*forwarded_metadata(request), (TENANT_METADATA_KEY, caller.tenant_id))
         # No serializers: the request and reply bytes pass through untouched.
         factory: Any = channel.unary_stream if method.server_streaming else channel.unary_unary
         call: Any = factory(path)(payload, timeout=timeout, metadata=metadata)

@@ -173,6 +173,7 @@ async def list_events(
     from_seq: Annotated[int, Query(ge=0, le=2**63 - 1)] = 1,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     types: str | None = None,
+    full_results: bool = False,
 ) -> dict[str, Any]:
     """One page of the workflow's log."""
     tenant = caller.tenant_id
@@ -183,6 +184,7 @@ async def list_events(
             from_seq=from_seq,
             limit=limit,
             types=parse_types(types),
+            full_results=full_results,
         ),
         metadata=tenant_metadata(tenant),
     )

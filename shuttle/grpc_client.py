@@ -18,3 +18,13 @@ def open_channel(target: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(
         target, options=CHANNEL_OPTIONS, interceptors=client_interceptors()
     )
+
+
+# The caller's tenant, set by the gateway (and passed on by every service that calls another
+# on a caller's behalf). Services check it against any tenant_id field of the request.
+TENANT_METADATA_KEY = "x-shuttle-tenant"
+
+
+def tenant_metadata(tenant_id: str) -> tuple[tuple[str, str], ...]:
+    """Call metadata carrying `tenant_id`."""
+    return ((TENANT_METADATA_KEY, tenant_id),)

@@ -87,6 +87,16 @@ class Settings(BaseSettings):
     database_url: str = ""
     data_dir: Path = Path("var")
     redis_url: str = ""
+    # Prepended to every Redis key, so several deployments (or test runs) can share a Redis.
+    redis_key_prefix: str = "shuttle:"
+
+    # The events service's log: hot tier size and age, SQL retention, stream fallback poll.
+    events_hot_max_events: int = Field(10_000, ge=1)
+    events_hot_ttl_seconds: float = Field(24 * 3600.0, gt=0)
+    events_retention_days: float = Field(90.0, gt=0)
+    events_purge_interval_seconds: float = Field(3600.0, gt=0)
+    events_poll_seconds: float = Field(1.0, gt=0)
+    events_durable_llm_prompt: bool = False
 
     # LLM: one OpenAI-compatible endpoint, or the offline demo model when unset.
     openai_base_url: str = Field(

@@ -2,33 +2,65 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import grpc
 
-from shuttle.grpc_server import GrpcService
+from shuttle.envelope import EPHEMERAL_TYPES
+from shuttle.grpc_server import Cleanup, GrpcService
 from shuttle.process import main
 from shuttle.settings import Settings
 from shuttle.v1 import events_pb2_grpc
 
 from .db import create_engine, sqlite_path
 from .grpc_api import SERVICE_NAME, EventServiceServicer
-from .hot import MemoryHotTier
+from .hot import HotTier, MemoryHotTier
 from .log import EventLog
-from .models import create_schema
+from .migrate import migrate
+from .redis_hot import RedisHotTier
+from .retention import RetentionTask
 from .store import SqlEventStore
+
+log = logging.getLogger("events")
 
 
 async def build(settings: Settings) -> GrpcService:
-    """Open the database (creating a SQLite file's directory and the tables), wire the
-    EventLog with the in-process hot tier, and return the unstarted server."""
+    """Open the database (creating a SQLite file's directory), migrate it, wire the EventLog
+    with the Redis hot tier (or the in-process one), start the retention task, and return
+    the unstarted server."""
     url = settings.sqlalchemy_url
     database_file = sqlite_path(url)
     if database_file is not None:
         Path(database_file).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url)
-    await create_schema(engine)
-    servicer = EventServiceServicer(EventLog(SqlEventStore(engine), MemoryHotTier()))
+    await migrate(engine)
+    ephemeral = EPHEMERAL_TYPES
+    if settings.events_durable_llm_prompt:
+        ephemeral = ephemeral - {"LLM_PROMPT"}
+    store = SqlEventStore(engine, ephemeral_types=ephemeral)
+    cleanups: list[Cleanup] = []
+    hot: HotTier
+    if settings.redis_url:
+        redis_tier = RedisHotTier(
+            settings.redis_url,
+            prefix=settings.redis_key_prefix,
+            max_events=settings.events_hot_max_events,
+            ttl_seconds=settings.events_hot_ttl_seconds,
+        )
+        hot, poll = redis_tier, settings.events_poll_seconds
+        cleanups.append(redis_tier.close)
+        log.info("hot tier: redis", extra={"prefix": settings.redis_key_prefix})
+    else:
+        hot = MemoryHotTier(
+            max_events=settings.events_hot_max_events, ttl_seconds=settings.events_hot_ttl_seconds
+        )
+        poll = None
+    servicer = EventServiceServicer(EventLog(store, hot, poll_seconds=poll))
+    retention = RetentionTask(
+        engine, settings.events_retention_days, settings.events_purge_interval_seconds
+    )
+    retention.start()
 
     def register(server: grpc.aio.Server) -> None:
         events_pb2_grpc.add_EventServiceServicer_to_server(servicer, server)
@@ -37,7 +69,7 @@ async def build(settings: Settings) -> GrpcService:
         name="events",
         service_names=[SERVICE_NAME],
         register=register,
-        on_stop=[engine.dispose],
+        on_stop=[retention.stop, *cleanups, engine.dispose],
     )
 
 

@@ -13,9 +13,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
-def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
+def create_engine(
+    url: str, *, echo: bool = False, connect_args: dict[str, Any] | None = None
+) -> AsyncEngine:
     """An AsyncEngine for `url`; SQLite files get WAL, a busy timeout and foreign keys."""
-    engine = create_async_engine(url, echo=echo)
+    engine = create_async_engine(url, echo=echo, connect_args=connect_args or {})
     if make_url(url).get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _tune_sqlite)
     return engine

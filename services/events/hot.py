@@ -65,7 +65,9 @@ class HotTier(Protocol):
 class _Buffer:
     events: deque[StoredEvent]
     touched: float
-    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    # Replaced by each publish after setting it: waiters hold the one current when they
+    # started waiting. Cheaper than a Condition, whose waiters re-take its lock one by one.
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
     waiters: int = 0
 
     @property
@@ -108,8 +110,8 @@ class MemoryHotTier:
                 buffer.events.clear()
             buffer.events.append(event)  # the deque's maxlen drops the oldest
         buffer.touched = now
-        async with buffer.changed:
-            buffer.changed.notify_all()
+        changed, buffer.changed = buffer.changed, asyncio.Event()
+        changed.set()
         if now - self._last_sweep >= SWEEP_INTERVAL_SECONDS:
             self.sweep()
 
@@ -126,8 +128,13 @@ class MemoryHotTier:
         first_seq = buffer.events[0].seq
         selected: list[StoredEvent] = []
         if limit > 0:
-            # Seqs in a buffer are contiguous, so a seq maps straight to its position.
-            for event in islice(buffer.events, max(from_seq - first_seq, 0), None):
+            # Seqs in a buffer are contiguous, so a seq maps straight to its position; live
+            # readers want the tail, which is walked from the right end (a deque is slow to
+            # index in the middle).
+            wanted = buffer.last_seq - max(from_seq, first_seq) + 1
+            tail = list(islice(reversed(buffer.events), max(wanted, 0)))
+            tail.reverse()
+            for event in tail:
                 if types and event.type not in types:
                     continue
                 selected.append(event)
@@ -139,8 +146,8 @@ class MemoryHotTier:
         buffer = self._buffer(workflow_id, self._clock())
         buffer.waiters += 1
         try:
-            async with buffer.changed:
-                await buffer.changed.wait_for(lambda: buffer.last_seq > after_seq)
+            while buffer.last_seq <= after_seq:
+                await buffer.changed.wait()
         finally:
             buffer.waiters -= 1
 

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from shuttle.envelope import TERMINAL_TYPES
+
 from .records import NewEvent, WorkflowStatus
 
 # Lifecycle events whose type alone decides the status.
@@ -55,6 +57,36 @@ def payload_of(event: NewEvent) -> dict[str, Any]:
         return {}
     value = json.loads(event.payload_json)
     return value if isinstance(value, dict) else {}
+
+
+def is_terminal(event: NewEvent) -> bool:
+    """WORKFLOW_COMPLETED, WORKFLOW_CANCELLED, or an ERROR_OCCURRED with ``"fatal": true``."""
+    if event.type in TERMINAL_TYPES:
+        return True
+    return event.type == "ERROR_OCCURRED" and payload_of(event).get("fatal") is True
+
+
+def close_after_terminal(batch: Sequence[NewEvent]) -> tuple[list[NewEvent], int | None]:
+    """The batch with a STREAM_END right after its terminal event when the producer did not
+    send one (so the log ends in the same transaction that records how the workflow ended),
+    and the index of the added event (None: nothing added). Validation has already refused
+    anything but STREAM_END after a terminal event."""
+    closed = list(batch)
+    for index, event in enumerate(closed):
+        if is_terminal(event) and (
+            index + 1 == len(closed) or closed[index + 1].type != "STREAM_END"
+        ):
+            closed.insert(
+                index + 1,
+                NewEvent(
+                    type="STREAM_END",
+                    agent_id=event.agent_id,
+                    message="Stream ended",
+                    trace_id=event.trace_id,
+                ),
+            )
+            return closed, index + 1
+    return closed, None
 
 
 def derive_update(batch: Sequence[NewEvent]) -> RowUpdate:

@@ -10,9 +10,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from .hot import HotTier
+from .lifecycle import close_after_terminal
+from .payloads import shape_batch, with_full_result
 from .records import EventPage, NewEvent, StoredEvent, WorkflowRecord
 from .store import SqlEventStore
-from .validation import check_batch, check_id, check_key, check_limit, check_types
+from .validation import (
+    check_batch,
+    check_id,
+    check_key,
+    check_limit,
+    check_producer,
+    check_types,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +41,25 @@ class EventLog:
     Durable events are committed to SQL before `append` returns, then published to the hot
     tier; ephemeral ones only reach the hot tier. Every call takes the caller's tenant, and
     another tenant's workflow is reported exactly like a missing one.
+
+    `poll_seconds` is for hot tiers that can miss a publish (Redis down, another replica's
+    publish refused): a waiting stream then rechecks SQL that often, and reads from SQL what
+    the hot tier still lacks one poll later. None waits on the hot tier alone, which suits
+    the in-process tier, since every append passes through it.
     """
 
-    def __init__(self, store: SqlEventStore, hot: HotTier, *, replay_page: int = REPLAY_PAGE):
+    def __init__(
+        self,
+        store: SqlEventStore,
+        hot: HotTier,
+        *,
+        replay_page: int = REPLAY_PAGE,
+        poll_seconds: float | None = None,
+    ):
         self._store = store
         self._hot = hot
         self._replay_page = replay_page
+        self._poll = poll_seconds
         self._locks: dict[str, _LockEntry] = {}
 
     async def create_workflow(
@@ -67,15 +89,30 @@ class EventLog:
         return await self._store.get_workflow(workflow_id, tenant_id)
 
     async def append(
-        self, workflow_id: str, tenant_id: str, events: Sequence[NewEvent]
+        self,
+        workflow_id: str,
+        tenant_id: str,
+        events: Sequence[NewEvent],
+        *,
+        producer_id: str = "",
+        batch_seq: int = 0,
     ) -> list[int]:
-        """Append a batch and return its seqs (consecutive, in batch order)."""
+        """Append a batch and return its seqs (consecutive, in batch order).
+
+        After a terminal event the log adds STREAM_END itself when the batch lacks it (its
+        seq is not among those returned). A repeated (producer_id, batch_seq) returns the
+        first call's seqs and stores nothing.
+        """
         _check_target(workflow_id, tenant_id)
+        check_producer(producer_id, batch_seq)
         check_batch(events)
+        batch, added = close_after_terminal(shape_batch(events))
         # Shielded: a caller that gives up mid-append must not leave a committed batch
         # unpublished, or live subscribers would have to fall back to SQL to see it.
-        stored = await asyncio.shield(self._commit_and_publish(workflow_id, tenant_id, events))
-        return [event.seq for event in stored]
+        seqs = await asyncio.shield(
+            self._commit_and_publish(workflow_id, tenant_id, batch, producer_id, batch_seq)
+        )
+        return seqs if added is None else seqs[:added] + seqs[added + 1 :]
 
     async def stream(
         self,
@@ -96,11 +133,29 @@ class EventLog:
         cursor = max(from_seq, 1)
         if record.stream_ended and cursor > record.last_seq:
             return  # the reader already has the whole log, STREAM_END included
+        stale_polls = 0
         while True:
             batch, cursor_after = await self._next_batch(workflow_id, tenant_id, cursor)
             if not batch and cursor_after == cursor:
-                await self._hot.wait(workflow_id, cursor - 1)
-                continue
+                if await self._wait(workflow_id, cursor - 1):
+                    stale_polls = 0
+                    continue
+                # Nothing arrived within a poll. If SQL holds seqs the hot tier still lacks
+                # a poll later, it missed them: read their durable events from SQL.
+                last_seq = (await self._store.get_workflow(workflow_id, tenant_id)).last_seq
+                stale_polls = stale_polls + 1 if last_seq >= cursor else 0
+                if stale_polls < 2:
+                    continue
+                stale_polls = 0
+                batch = await self._store.list_events(
+                    workflow_id,
+                    tenant_id,
+                    from_seq=cursor,
+                    to_seq=last_seq,
+                    limit=self._replay_page,
+                )
+                full_page = len(batch) == self._replay_page
+                cursor_after = batch[-1].seq + 1 if full_page else last_seq + 1
             cursor = cursor_after
             for event in batch:
                 if wanted is None or event.type in wanted or event.type == "STREAM_END":
@@ -115,9 +170,11 @@ class EventLog:
         from_seq: int = 0,
         limit: int = 0,
         types: Collection[str] | None = None,
+        full_results: bool = False,
     ) -> EventPage:
         """One page of history: durable events from SQL merged with whatever the hot tier
-        holds (ephemeral ones included), so history inside the hot window is complete."""
+        holds (ephemeral ones included), so history inside the hot window is complete.
+        With `full_results`, cut TOOL_OBSERVATION results come back whole."""
         _check_target(workflow_id, tenant_id)
         limit = check_limit(limit)
         wanted = check_types(types)
@@ -132,22 +189,55 @@ class EventLog:
         merged = [by_seq[seq] for seq in sorted(by_seq)]
         page = merged[:limit]
         next_seq = page[-1].seq + 1 if len(merged) > limit else 0
+        if full_results:
+            page = await self._with_full_results(workflow_id, page)
         return EventPage(events=page, next_seq=next_seq)
 
-    async def _commit_and_publish(
-        self, workflow_id: str, tenant_id: str, events: Sequence[NewEvent]
+    async def _with_full_results(
+        self, workflow_id: str, page: list[StoredEvent]
     ) -> list[StoredEvent]:
+        cut = [event.seq for event in page if event.type == "TOOL_OBSERVATION"]
+        if not cut:
+            return page
+        full = await self._store.full_results(workflow_id, cut)
+        return [
+            with_full_result(event, full[event.seq]) if event.seq in full else event
+            for event in page
+        ]
+
+    async def _wait(self, workflow_id: str, after_seq: int) -> bool:
+        """Wait for the hot tier to hold a seq above `after_seq`; False after a poll."""
+        if self._poll is None:
+            await self._hot.wait(workflow_id, after_seq)
+            return True
+        try:
+            await asyncio.wait_for(self._hot.wait(workflow_id, after_seq), self._poll)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _commit_and_publish(
+        self,
+        workflow_id: str,
+        tenant_id: str,
+        events: Sequence[NewEvent],
+        producer_id: str,
+        batch_seq: int,
+    ) -> list[int]:
         # Held across commit and publish so the hot tier receives each workflow's seqs
         # in order; the SQL counter alone already makes them unique and gap-free.
         async with self._workflow_lock(workflow_id):
-            stored = await self._store.append(workflow_id, tenant_id, events)
-            try:
-                await self._hot.publish(workflow_id, stored)
-            except Exception:
-                # The batch is committed; failing the call now would make the producer
-                # retry into duplicates. Readers find the durable events in SQL.
-                log.exception("hot tier publish failed", extra={"workflow_id": workflow_id})
-        return stored
+            appended = await self._store.append(
+                workflow_id, tenant_id, events, producer_id=producer_id, batch_seq=batch_seq
+            )
+            if appended.events:
+                try:
+                    await self._hot.publish(workflow_id, appended.events)
+                except Exception:
+                    # The batch is committed; failing the call now would make the producer
+                    # retry into duplicates. Readers find the durable events in SQL.
+                    log.exception("hot tier publish failed", extra={"workflow_id": workflow_id})
+        return appended.seqs
 
     async def _next_batch(
         self, workflow_id: str, tenant_id: str, cursor: int

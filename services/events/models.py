@@ -19,7 +19,6 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
 )
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 # Ids are short tokens ("wf-" + uuid4, tenant names); the length is checked before insert so
 # PostgreSQL's VARCHAR limit is never the first to complain.
@@ -71,9 +70,14 @@ workflows = Table(
     Column("total_tokens", BigInteger, nullable=False, default=0),
     Column("cost_usd", Float, nullable=False, default=0.0),
     Column("duration_ms", BigInteger, nullable=False, default=0),
+    # Which replica runs the workflow and until when; stored for executors, not interpreted.
+    Column("lease_owner", Text, nullable=False, default=""),
+    Column("lease_expires_at", UtcDateTime, nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
     Index("ix_workflows_tenant_session", "tenant_id", "session_id"),
+    # Retention purges by age of last activity.
+    Index("ix_workflows_updated_at", "updated_at"),
 )
 
 events = Table(
@@ -95,8 +99,34 @@ events = Table(
     Column("trace_id", Text, nullable=False, default=""),
 )
 
+# One row per idempotent batch: a retried (producer_id, batch_seq) finds its seqs here. The
+# primary key is what makes two replicas racing on the same retry store it only once.
+appends = Table(
+    "appends",
+    metadata,
+    Column(
+        "workflow_id",
+        String(ID_LENGTH),
+        ForeignKey("workflows.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("producer_id", String(ID_LENGTH), primary_key=True),
+    Column("batch_seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("first_seq", BigInteger, nullable=False),
+    Column("count", BigInteger, nullable=False),
+)
 
-async def create_schema(engine: AsyncEngine) -> None:
-    """Create missing tables (idempotent); proper migrations replace this later."""
-    async with engine.begin() as conn:
-        await conn.run_sync(metadata.create_all)
+# Full TOOL_OBSERVATION results whose stream copy was cut (see payloads.py).
+tool_results = Table(
+    "tool_results",
+    metadata,
+    Column(
+        "workflow_id",
+        String(ID_LENGTH),
+        ForeignKey("workflows.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("tool_name", Text, nullable=False, default=""),
+    Column("result", Text, nullable=False),
+)

@@ -57,6 +57,8 @@ class WorkflowRecord:
     usage: Usage = field(default_factory=Usage)
     duration_ms: int = 0
     stream_ended: bool = False
+    lease_owner: str = ""
+    lease_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,10 @@ class NewEvent:
     payload_json: str = ""
     timestamp: datetime | None = None
     trace_id: str = ""
+    # Set by payloads.shape_event when a TOOL_OBSERVATION result was cut for the stream:
+    # the whole result, kept in SQL beside the event.
+    full_result: str | None = None
+    tool_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -96,3 +102,13 @@ class EventPage:
 
     events: list[StoredEvent]
     next_seq: int
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What an append did: the seqs of the batch, and the events to publish (none when the
+    batch was a repeat of one already stored)."""
+
+    events: list[StoredEvent]
+    seqs: list[int]
+    repeated: bool = False

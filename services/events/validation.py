@@ -9,6 +9,7 @@ from collections.abc import Collection, Sequence
 from shuttle.envelope import EVENT_TYPE_NAMES
 
 from .errors import InvalidArgument
+from .lifecycle import is_terminal
 from .models import ID_LENGTH
 from .records import NewEvent
 
@@ -53,10 +54,16 @@ def check_batch(batch: Sequence[NewEvent]) -> None:
             f"batch is {size} bytes; at most {MAX_BATCH_BYTES} (4 MiB) are allowed per append"
         )
     end_at: int | None = None
+    terminal_at: int | None = None
     for index, event in enumerate(batch):
         if end_at is not None:
             raise InvalidArgument(
                 f"event {index}: nothing may follow STREAM_END (event {end_at} of this batch)"
+            )
+        if terminal_at is not None and event.type != "STREAM_END":
+            raise InvalidArgument(
+                f"event {index}: only STREAM_END may follow the terminal event "
+                f"{batch[terminal_at].type} (event {terminal_at} of this batch)"
             )
         if event.type not in _KNOWN_TYPES:
             raise InvalidArgument(
@@ -68,6 +75,16 @@ def check_batch(batch: Sequence[NewEvent]) -> None:
             raise InvalidArgument(f"event {index}: timestamp has no time zone")
         if event.type == "STREAM_END":
             end_at = index
+        elif is_terminal(event):
+            terminal_at = index
+
+
+def check_producer(producer_id: str, batch_seq: int) -> None:
+    """A producer id is optional; when given it is an id, and batch_seq needs one."""
+    if producer_id:
+        check_id("producer_id", producer_id)
+    elif batch_seq:
+        raise InvalidArgument("batch_seq is set but producer_id is empty: name the producer")
 
 
 def check_types(types: Collection[str] | None) -> frozenset[str] | None:

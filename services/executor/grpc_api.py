@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from services.executor.runs import RunManager, RunRequest
+from shuttle.grpc_client import tenant_metadata
 from shuttle.grpc_server import Context
 from shuttle.v1 import (
     common_pb2,
@@ -69,7 +70,8 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         stream = self._events.Stream(
             events_pb2.StreamRequest(
                 workflow_id=workflow_id, tenant_id=request.tenant_id, from_seq=1
-            )
+            ),
+            metadata=tenant_metadata(request.tenant_id),
         )
         async for event in stream:
             yield event
@@ -81,7 +83,8 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             wf = await self._events.GetWorkflow(
                 events_pb2.GetWorkflowRequest(
                     workflow_id=request.workflow_id, tenant_id=request.tenant_id
-                )
+                ),
+                metadata=tenant_metadata(request.tenant_id),
             )
         except grpc.aio.AioRpcError as exc:
             await _abort_from(context, exc)

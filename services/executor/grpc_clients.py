@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import uuid
 from collections.abc import Sequence
 
 import grpc
@@ -12,6 +14,7 @@ import grpc
 from services.executor.ports import EventDraft, ToolDefinition, ToolInvocation, ToolOutcome
 from services.executor.runs import RunRequest
 from shuttle.envelope import type_value
+from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc, tools_pb2, tools_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -32,13 +35,18 @@ class GrpcWorkflowRegistry:
                 owner=request.owner,
                 query=request.query,
                 session_id=request.session_id,
-            )
+            ),
+            metadata=tenant_metadata(request.tenant_id),
         )
         return str(workflow.workflow_id)
 
 
 class GrpcEventSink:
-    """Appends to one workflow's log through EventService.Append."""
+    """Appends to one workflow's log through EventService.Append.
+
+    Each sink is one producer (a fresh id per run) numbering its batches, so a retry after
+    UNAVAILABLE, whose first attempt may have been committed, never stores a batch twice.
+    """
 
     def __init__(
         self, stub: events_pb2_grpc.EventServiceAsyncStub, workflow_id: str, tenant_id: str
@@ -46,11 +54,15 @@ class GrpcEventSink:
         self._stub = stub
         self._workflow_id = workflow_id
         self._tenant_id = tenant_id
+        self._producer_id = f"executor-{uuid.uuid4().hex}"
+        self._batches = itertools.count(1)
 
     async def append(self, drafts: Sequence[EventDraft]) -> Sequence[int]:
         request = events_pb2.AppendRequest(
             workflow_id=self._workflow_id,
             tenant_id=self._tenant_id,
+            producer_id=self._producer_id,
+            batch_seq=next(self._batches),
             events=[
                 common_pb2.EventDraft(
                     type=type_value(d.type),
@@ -63,7 +75,9 @@ class GrpcEventSink:
         )
         for attempt in range(1, APPEND_ATTEMPTS + 1):
             try:
-                response = await self._stub.Append(request)
+                response = await self._stub.Append(
+                    request, metadata=tenant_metadata(self._tenant_id)
+                )
                 return list(response.seqs)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt == APPEND_ATTEMPTS:

@@ -11,9 +11,6 @@ from typing import Any
 from services.executor.ports import EventDraft, EventSink, ToolOutcome
 from shuttle.llm.protocol import ChatResult, RecoveryNotice, RetryNotice, TokenUsage
 
-STREAM_RESULT_LIMIT = 2_000
-"""TOOL_OBSERVATION results are cut to this many characters on the stream."""
-
 DELTA_FLUSH_SECONDS = 0.05
 DELTA_FLUSH_COUNT = 32
 
@@ -248,12 +245,13 @@ class RunReporter:
     async def tool_observation(
         self, agent_id: str, iteration: int, call_id: str, tool_name: str, outcome: ToolOutcome
     ) -> None:
-        result, clipped = clip(outcome.observation, STREAM_RESULT_LIMIT)
+        # The whole observation goes to the log, which cuts the streamed copy at
+        # 2,000 characters and keeps the full text for history (List full_results).
         payload = {
             "tool_name": tool_name,
-            "result": result,
+            "result": outcome.observation,
             "duration_ms": outcome.duration_ms,
-            "truncated": clipped or outcome.truncated,
+            "truncated": outcome.truncated,
             "call_id": call_id,
             "iteration": iteration,
             "error": outcome.error,

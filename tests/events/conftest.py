@@ -13,11 +13,19 @@ from services.events.__main__ import build
 from services.events.db import create_engine
 from services.events.hot import MemoryHotTier
 from services.events.log import EventLog
-from services.events.models import create_schema
+from services.events.migrate import migrate
 from services.events.store import SqlEventStore
 from shuttle.grpc_server import GrpcService
 from shuttle.settings import Settings
 from shuttle.v1 import events_pb2_grpc
+from tests.support.databases import (  # noqa: F401 - fixtures
+    EngineMaker,
+    postgres_url,
+    private_redis,
+    redis_prefix,
+    redis_server,
+    schema_engines,
+)
 
 
 @pytest.fixture
@@ -25,12 +33,29 @@ def database_url(tmp_path: Path) -> str:
     return f"sqlite+aiosqlite:///{tmp_path / 'events.db'}"
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def engines(request: pytest.FixtureRequest, database_url: str) -> AsyncIterator[EngineMaker]:
+    """Makes engines on one migrated database: a SQLite file, then a fresh PostgreSQL schema.
+    Each engine stands for one replica of the service."""
+    if request.param == "postgresql":
+        async with schema_engines(request.getfixturevalue("postgres_url")) as make:
+            yield make
+        return
+    made: list[AsyncEngine] = []
+
+    def make_sqlite() -> AsyncEngine:
+        made.append(create_engine(database_url))
+        return made[-1]
+
+    await migrate(make_sqlite())
+    yield make_sqlite
+    for engine in made:
+        await engine.dispose()
+
+
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(database_url)
-    await create_schema(engine)
-    yield engine
-    await engine.dispose()
+def engine(engines: EngineMaker) -> AsyncEngine:
+    return engines()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from services.events.records import NewEvent, StoredEvent
+from services.events.records import Appended, NewEvent, StoredEvent
 from shuttle.envelope import type_value
 from shuttle.v1 import common_pb2
 
@@ -41,5 +41,7 @@ async def collect(events: AsyncIterator[StoredEvent]) -> list[StoredEvent]:
     return [event async for event in events]
 
 
-def seqs(events: list[StoredEvent]) -> list[int]:
+def seqs(events: list[StoredEvent] | Appended) -> list[int]:
+    if isinstance(events, Appended):
+        return events.seqs
     return [event.seq for event in events]

@@ -9,11 +9,11 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.events.db import create_engine
 from services.events.errors import AlreadyExists, FailedPrecondition, NotFound
 from services.events.models import events
 from services.events.records import NewEvent, WorkflowStatus
 from services.events.store import SqlEventStore
+from tests.support.databases import EngineMaker
 
 from .helpers import new, progress, seqs
 
@@ -53,7 +53,7 @@ async def test_ephemeral_events_take_seqs_but_are_not_stored(
         new("THREAD_MESSAGE_DELTA", {"delta": "lo"}),
         new("THREAD_MESSAGE_COMPLETED", {"content": "Hello"}),
     ]
-    stored = await store.append("wf-e", "t1", batch)
+    stored = (await store.append("wf-e", "t1", batch)).events
     assert seqs(stored) == [1, 2, 3, 4, 5]
     assert [e.ephemeral for e in stored] == [False, True, True, True, False]
     async with engine.connect() as conn:
@@ -204,10 +204,10 @@ async def test_duplicate_workflow_id_already_exists(store: SqlEventStore) -> Non
 
 
 async def test_two_replicas_on_one_database_never_share_a_seq(
-    store: SqlEventStore, database_url: str, engine: AsyncEngine
+    store: SqlEventStore, engines: EngineMaker, engine: AsyncEngine
 ) -> None:
     """No in-process lock here: the row counter alone keeps concurrent writers gap-free."""
-    other_engine = create_engine(database_url)
+    other_engine = engines()
     try:
         replicas = [store, SqlEventStore(other_engine)]
         await store.create_workflow(workflow_id="wf-rep", tenant_id="t1")

@@ -1,0 +1,198 @@
+"""Emit -> subscriber latency of the workflow log (p50/p99) with 1, 100 and 1,000
+subscribers on one workflow, the producer appending one event at a time at a fixed rate.
+
+Each event is emitted on schedule as its own Append, without waiting for the previous
+one to return (as many concurrent runs would), and carries its emit time; latency is until a
+subscriber has it, so it includes the SQL commit. Three columns, run in this process one
+after the other on the same machine:
+- peer: a bare asyncio fan-out (one asyncio.Queue per subscriber), the floor in Python;
+- log: the events service's EventLog in-process (SQLite, in-process hot tier), each event
+  committed to SQL before it is fanned out; no gRPC;
+- grpc: `python -m services.events` as its own process, appends and subscribers over gRPC
+  (the deployed path), on SQLite, or on PostgreSQL + Redis with --backend pg.
+
+    .venv/bin/python -m bench.events_latency [--backend sqlite|pg]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from services.events.db import create_engine
+from services.events.hot import MemoryHotTier
+from services.events.log import EventLog
+from services.events.migrate import migrate
+from services.events.records import NewEvent
+from services.events.store import SqlEventStore
+from shuttle.envelope import type_value
+from shuttle.grpc_client import tenant_metadata
+from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
+
+from .events_support import Backend, backends, events_service, paced, percentile
+
+TENANT = tenant_metadata("bench")
+# (subscribers, events per second, events): the last two keep each run to a few seconds.
+CONFIGS = [(1, 1000, 2000), (100, 1000, 1000), (100, 100, 300), (1000, 100, 200)]
+# --sequential: wait for each append before the next, as one executor run does; the rate is
+# then what one producer reaches.
+SEQUENTIAL = False
+Runner = Callable[[int, float, int], Awaitable[tuple[list[float], float]]]
+"""Latencies in ms, and the emit rate actually reached (events/s)."""
+
+
+def stamp() -> str:
+    return json.dumps({"t": time.perf_counter_ns()})
+
+
+def since(payload_json: str) -> float:
+    sent: int = json.loads(payload_json)["t"]
+    return (time.perf_counter_ns() - sent) / 1e6
+
+
+async def peer(subscribers: int, rate: float, count: int) -> tuple[list[float], float]:
+    queues: list[asyncio.Queue[str]] = [asyncio.Queue() for _ in range(subscribers)]
+    latencies: list[float] = []
+
+    async def consume(queue: asyncio.Queue[str]) -> None:
+        for _ in range(count):
+            latencies.append(since(await queue.get()))
+
+    consumers = [asyncio.create_task(consume(queue)) for queue in queues]
+    started = time.perf_counter()
+    async for _ in paced(rate, count):
+        payload = stamp()
+        for queue in queues:
+            queue.put_nowait(payload)
+    reached = count / (time.perf_counter() - started)
+    await asyncio.gather(*consumers)
+    return latencies, reached
+
+
+def log_runner(data_dir: Path) -> Runner:
+    async def run(subscribers: int, rate: float, count: int) -> tuple[list[float], float]:
+        engine = create_engine(f"sqlite+aiosqlite:///{data_dir / f'log-{subscribers}.db'}")
+        await migrate(engine)
+        log = EventLog(SqlEventStore(engine), MemoryHotTier())
+        workflow_id = (await log.create_workflow(tenant_id="bench")).workflow_id
+        latencies: list[float] = []
+        ready = asyncio.Barrier(subscribers + 1)
+
+        async def consume() -> None:
+            stream = log.stream(workflow_id, "bench", from_seq=1)
+            await ready.wait()
+            async for event in stream:
+                if event.type == "PROGRESS":
+                    latencies.append(since(event.payload_json))
+
+        consumers = [asyncio.create_task(consume()) for _ in range(subscribers)]
+        await ready.wait()
+        started = time.perf_counter()
+        appends: list[asyncio.Task[list[int]]] = []
+        async for _ in paced(rate, count):
+            event = NewEvent("PROGRESS", payload_json=stamp())
+            appends.append(asyncio.create_task(log.append(workflow_id, "bench", [event])))
+            if SEQUENTIAL:
+                await appends[-1]
+        reached = count / (time.perf_counter() - started)
+        await asyncio.gather(*appends)
+        await log.append(workflow_id, "bench", [NewEvent("WORKFLOW_COMPLETED")])
+        await asyncio.gather(*consumers)
+        await engine.dispose()
+        return latencies, reached
+
+    return run
+
+
+def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
+    async def run(subscribers: int, rate: float, count: int) -> tuple[list[float], float]:
+        created = await stub.CreateWorkflow(events_pb2.CreateWorkflowRequest(), metadata=TENANT)
+        workflow_id = created.workflow_id
+        latencies: list[float] = []
+        progress = type_value("PROGRESS")
+        request = events_pb2.StreamRequest(workflow_id=workflow_id, from_seq=1)
+        calls = [stub.Stream(request, metadata=TENANT) for _ in range(subscribers)]
+
+        async def consume(call: grpc.aio.UnaryStreamCall[Any, common_pb2.Event]) -> None:
+            async for event in call:
+                if event.type == progress:
+                    latencies.append(since(event.payload_json))
+
+        consumers = [asyncio.create_task(consume(call)) for call in calls]
+        await asyncio.sleep(0.5 + subscribers / 500)  # let every stream open
+        started = time.perf_counter()
+
+        async def emit() -> None:
+            await stub.Append(
+                events_pb2.AppendRequest(
+                    workflow_id=workflow_id,
+                    events=[common_pb2.EventDraft(type=progress, payload_json=stamp())],
+                ),
+                metadata=TENANT,
+            )
+
+        appends: list[asyncio.Task[None]] = []
+        async for _ in paced(rate, count):
+            appends.append(asyncio.create_task(emit()))
+            if SEQUENTIAL:
+                await appends[-1]
+        reached = count / (time.perf_counter() - started)
+        await asyncio.gather(*appends)
+        await stub.Append(
+            events_pb2.AppendRequest(
+                workflow_id=workflow_id,
+                events=[common_pb2.EventDraft(type=type_value("WORKFLOW_COMPLETED"))],
+            ),
+            metadata=TENANT,
+        )
+        await asyncio.gather(*consumers)
+        return latencies, reached
+
+    return run
+
+
+def row(label: str, latencies: list[float], reached: float, expected: int) -> str:
+    return (
+        f"{label:>5} p50 {percentile(latencies, 0.5):8.2f} ms  p99 "
+        f"{percentile(latencies, 0.99):8.2f} ms  emitted {reached:6.0f}/s  "
+        f"delivered {len(latencies)}/{expected}"
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--backend", choices=["sqlite", "pg"], default="sqlite")
+    parser.add_argument("--sequential", action="store_true", help="await each append")
+    args = parser.parse_args()
+    global SEQUENTIAL
+    SEQUENTIAL = args.sequential
+    with tempfile.TemporaryDirectory() as scratch:
+        data_dir = Path(scratch)
+        async with backends(data_dir, with_redis=True) as found:
+            backend: Backend = found[-1] if args.backend == "pg" else found[0]
+            if args.backend == "pg" and backend.label == "sqlite":
+                raise SystemExit("PostgreSQL is not reachable on 127.0.0.1:5432")
+            async with events_service(backend, data_dir) as stub:
+                runners: list[tuple[str, Runner]] = [
+                    ("peer", peer),
+                    ("log", log_runner(data_dir)),
+                    ("grpc", grpc_runner(stub)),
+                ]
+                print(f"grpc column: events service on {backend.label}")
+                for subscribers, rate, count in CONFIGS:
+                    print(f"{subscribers} subscribers, {rate:.0f} events/s, {count} events:")
+                    for label, runner in runners:
+                        latencies, reached = await runner(subscribers, rate, count)
+                        print("  " + row(label, latencies, reached, subscribers * count))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,54 @@
+"""Payload rules the log enforces whatever a producer sends (DESIGN §3)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+
+from .records import NewEvent, StoredEvent
+
+STREAM_RESULT_LIMIT = 2_000
+"""A TOOL_OBSERVATION's ``result`` is cut to this many characters on the stream."""
+
+
+def cut(text: str, limit: int = STREAM_RESULT_LIMIT) -> tuple[str, bool]:
+    """Cut on characters (code points), never inside one, so the text stays valid UTF-8."""
+    if len(text) <= limit:
+        return text, False
+    return text[:limit], True
+
+
+def shape_event(event: NewEvent) -> NewEvent:
+    """A TOOL_OBSERVATION whose ``result`` is longer than the limit gets the cut result and
+    ``truncated: true`` in its payload; the whole result rides along in ``full_result``
+    to be stored beside it. Every other event is returned as it is."""
+    if event.type != "TOOL_OBSERVATION" or not event.payload_json:
+        return event
+    payload = json.loads(event.payload_json)
+    result = payload.get("result") if isinstance(payload, dict) else None
+    if not isinstance(result, str):
+        return event
+    shown, was_cut = cut(result)
+    if not was_cut:
+        return event
+    payload["result"] = shown
+    payload["truncated"] = True
+    tool_name = payload.get("tool_name")
+    return replace(
+        event,
+        payload_json=json.dumps(payload, ensure_ascii=False),
+        full_result=result,
+        tool_name=tool_name if isinstance(tool_name, str) else "",
+    )
+
+
+def shape_batch(batch: Sequence[NewEvent]) -> list[NewEvent]:
+    return [shape_event(event) for event in batch]
+
+
+def with_full_result(event: StoredEvent, result: str) -> StoredEvent:
+    """A stored TOOL_OBSERVATION with its whole result put back into the payload."""
+    payload = json.loads(event.payload_json)
+    payload["result"] = result
+    return replace(event, payload_json=json.dumps(payload, ensure_ascii=False))

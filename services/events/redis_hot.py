@@ -1,0 +1,228 @@
+"""Redis hot tier: one Redis stream per workflow, shared by every replica.
+
+Each committed event is added with the explicit id ``<seq>-0`` (``MAXLEN ~``, the key
+expiring 24 h after its last write), so a stream id is a resume token and Redis refuses a
+repeated seq by itself. Every replica also keeps a ``MemoryHotTier`` as a local cache and
+fan-out point: its own appends go there at once, and while anyone on this replica waits on a
+workflow one pump task per workflow blocks on ``XREAD`` and copies other replicas' events
+into it. So a thousand subscribers of one workflow cost one Redis connection, not a thousand.
+
+Redis is never the source of truth. When it is unreachable, publishes are skipped (SQL
+already holds the durable events) and reads report nothing held, so readers use SQL; the
+tier retries Redis after ``retry_seconds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError, ResponseError
+
+from .hot import DEFAULT_MAX_EVENTS, DEFAULT_TTL_SECONDS, HotWindow, MemoryHotTier
+from .records import StoredEvent
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 2.0
+BLOCK_MS = 5_000
+PUMP_BATCH = 1_000
+
+
+@dataclass
+class _Pump:
+    task: asyncio.Task[None]
+    users: int = 0
+
+
+class RedisHotTier:
+    """A HotTier over Redis streams plus a local in-process cache and fan-out."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "shuttle:",
+        max_events: int = DEFAULT_MAX_EVENTS,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        retry_seconds: float = RETRY_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # Commands fail fast so an unreachable Redis cannot stall appends; the pumps'
+        # blocking reads need no socket timeout of their own (BLOCK bounds them).
+        self._redis: Redis = Redis.from_url(
+            url, decode_responses=True, socket_timeout=2.0, socket_connect_timeout=2.0
+        )
+        self._blocking: Redis = Redis.from_url(
+            url, decode_responses=True, socket_connect_timeout=2.0, health_check_interval=30
+        )
+        self._prefix = prefix
+        self._max_events = max_events
+        self._ttl = max(int(ttl_seconds), 1)
+        self._retry = retry_seconds
+        self._clock = clock
+        self._down_until = 0.0
+        self._local = MemoryHotTier(max_events=max_events, ttl_seconds=ttl_seconds)
+        self._pumps: dict[str, _Pump] = {}
+
+    def key(self, workflow_id: str) -> str:
+        # The braces are a Redis Cluster hash tag: one workflow's key stays on one shard.
+        return f"{self._prefix}events:{{{workflow_id}}}"
+
+    @property
+    def available(self) -> bool:
+        return self._clock() >= self._down_until
+
+    async def publish(self, workflow_id: str, events: Sequence[StoredEvent]) -> None:
+        await self._local.publish(workflow_id, events)
+        if not events or not self.available:
+            return
+        key = self.key(workflow_id)
+        pipe = self._redis.pipeline(transaction=False)
+        for event in events:
+            pipe.xadd(
+                key,
+                {"e": encode(event)},
+                id=f"{event.seq}-0",
+                maxlen=self._max_events,
+                approximate=True,
+            )
+        pipe.expire(key, self._ttl)
+        try:
+            results = await pipe.execute(raise_on_error=False)
+        except (RedisError, OSError) as exc:
+            self._mark_down("publish", exc)
+            return
+        for result in results:
+            if isinstance(result, ResponseError):
+                # "ID equal or smaller": another replica published a later seq first (or
+                # this batch was published before). Readers fill such a hole from SQL.
+                log.warning(
+                    "hot tier refused an event out of order",
+                    extra={"workflow_id": workflow_id, "error": str(result)},
+                )
+            elif isinstance(result, Exception):
+                self._mark_down("publish", result)
+                return
+
+    async def read(
+        self,
+        workflow_id: str,
+        from_seq: int,
+        limit: int,
+        types: Collection[str] | None = None,
+    ) -> HotWindow:
+        local = await self._local.read(workflow_id, from_seq, limit, types)
+        if local.covers(from_seq) or not self.available:
+            return local
+        try:
+            entries = await self._redis.xrange(
+                self.key(workflow_id), min=f"{max(from_seq, 1)}-0", count=max(limit, 1)
+            )
+        except (RedisError, OSError) as exc:
+            self._mark_down("read", exc)
+            return HotWindow(first_seq=None, events=[])
+        # decode_responses=True: every key and value is a str.
+        held = _contiguous(
+            [decode(workflow_id, cast(dict[str, str], fields)) for _id, fields in entries or []]
+        )
+        if not held:
+            return HotWindow(first_seq=None, events=[])
+        selected = [event for event in held if not types or event.type in types]
+        return HotWindow(first_seq=held[0].seq, events=selected[:limit] if limit > 0 else [])
+
+    async def wait(self, workflow_id: str, after_seq: int) -> None:
+        pump = self._pumps.get(workflow_id)
+        if pump is None:
+            pump = _Pump(asyncio.create_task(self._pump(workflow_id, after_seq)))
+            self._pumps[workflow_id] = pump
+        pump.users += 1
+        try:
+            await self._local.wait(workflow_id, after_seq)
+        finally:
+            pump.users -= 1
+            if pump.users == 0 and self._pumps.get(workflow_id) is pump:
+                del self._pumps[workflow_id]
+                pump.task.cancel()
+
+    async def close(self) -> None:
+        for pump in self._pumps.values():
+            pump.task.cancel()
+        for pump in self._pumps.values():
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump.task
+        self._pumps.clear()
+        await self._redis.aclose()
+        await self._blocking.aclose()
+
+    async def _pump(self, workflow_id: str, after_seq: int) -> None:
+        """Copy this workflow's new events from Redis into the local tier, waking waiters."""
+        key = self.key(workflow_id)
+        last = after_seq
+        while True:
+            try:
+                reply: Any = await self._blocking.xread(
+                    {key: f"{last}-0"}, count=PUMP_BATCH, block=BLOCK_MS
+                )
+            except (RedisError, OSError) as exc:
+                self._mark_down("pump", exc)
+                await asyncio.sleep(self._retry)
+                continue
+            for _key, entries in reply or []:
+                events = [decode(workflow_id, fields) for _id, fields in entries]
+                if events:
+                    await self._local.publish(workflow_id, events)
+                    last = events[-1].seq
+
+    def _mark_down(self, operation: str, exc: BaseException) -> None:
+        if self.available:
+            log.warning(
+                "redis unavailable; events are served from SQL until it is back",
+                extra={"operation": operation, "error": repr(exc)},
+            )
+        self._down_until = self._clock() + self._retry
+
+
+def _contiguous(events: list[StoredEvent]) -> list[StoredEvent]:
+    """The leading run of consecutive seqs: a reader must not skip over a hole."""
+    for index in range(1, len(events)):
+        if events[index].seq != events[index - 1].seq + 1:
+            return events[:index]
+    return events
+
+
+def encode(event: StoredEvent) -> str:
+    return json.dumps(
+        [
+            event.type,
+            event.agent_id,
+            event.message,
+            event.payload_json,
+            event.timestamp.isoformat(),
+            event.trace_id,
+            event.seq,
+        ],
+        ensure_ascii=False,
+    )
+
+
+def decode(workflow_id: str, fields: dict[str, str]) -> StoredEvent:
+    kind, agent_id, message, payload_json, timestamp, trace_id, seq = json.loads(fields["e"])
+    return StoredEvent(
+        workflow_id=workflow_id,
+        seq=int(seq),
+        type=kind,
+        agent_id=agent_id,
+        message=message,
+        payload_json=payload_json,
+        timestamp=datetime.fromisoformat(timestamp),
+        trace_id=trace_id,
+    )

@@ -1,0 +1,85 @@
+"""Retention: the SQL log keeps a workflow for N days after its last event.
+
+A workflow is purged whole (row, events, idempotency records, full tool results), never
+event by event, so whatever remains of a log is still gap-free from seq 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from .models import appends, events, tool_results, workflows
+from .store import Clock, utc_now
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PurgeReport:
+    cutoff: datetime
+    workflows: int
+    events: int
+
+
+async def purge(engine: AsyncEngine, older_than: datetime) -> PurgeReport:
+    """Delete every workflow whose last activity is before `older_than`, in one transaction."""
+    stale = select(workflows.c.id).where(workflows.c.updated_at < older_than)
+    async with engine.begin() as conn:
+        # Children first, explicitly: SQLite only cascades with foreign keys switched on.
+        for table in (tool_results, appends):
+            await conn.execute(delete(table).where(table.c.workflow_id.in_(stale)))
+        purged_events = await conn.execute(delete(events).where(events.c.workflow_id.in_(stale)))
+        purged = await conn.execute(delete(workflows).where(workflows.c.updated_at < older_than))
+    return PurgeReport(older_than, purged.rowcount or 0, purged_events.rowcount or 0)
+
+
+class RetentionTask:
+    """Runs `purge` every `interval_seconds` for workflows idle over `retention_days`."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        retention_days: float,
+        interval_seconds: float,
+        clock: Clock = utc_now,
+    ) -> None:
+        self._engine = engine
+        self._retention = timedelta(days=retention_days)
+        self._interval = interval_seconds
+        self._clock = clock
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def run_once(self) -> PurgeReport:
+        report = await purge(self._engine, self._clock() - self._retention)
+        if report.workflows:
+            log.info(
+                "purged old workflows",
+                extra={"workflows": report.workflows, "events": report.events},
+            )
+        return report
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except Exception:
+                # A failed purge (database briefly away) is retried at the next interval.
+                log.exception("retention purge failed")
+            await asyncio.sleep(self._interval)
