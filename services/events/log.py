@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from shuttle.metrics import EVENTS_APPENDED, SUBSCRIBER_CATCHUPS, SUBSCRIBER_LAG
+
 from .hot import HotTier
 from .lifecycle import close_after_terminal
 from .payloads import shape_batch, with_full_result
@@ -230,6 +232,8 @@ class EventLog:
             appended = await self._store.append(
                 workflow_id, tenant_id, events, producer_id=producer_id, batch_seq=batch_seq
             )
+            for event in appended.events:
+                EVENTS_APPENDED.labels(event.type).inc()
             if appended.events:
                 try:
                     await self._hot.publish(workflow_id, appended.events)
@@ -245,6 +249,9 @@ class EventLog:
         """Events at `cursor` onwards and the cursor after them (unchanged: nothing yet)."""
         window = await self._hot.read(workflow_id, cursor, self._replay_page)
         if window.covers(cursor):
+            if window.events:
+                # Everything held past the cursor is what this reader has yet to see.
+                SUBSCRIBER_LAG.observe(len(window.events))
             return window.events, window.events[-1].seq + 1 if window.events else cursor
         # The hot tier lacks [cursor, first_seq) (trimmed, evicted, or a restarted service):
         # SQL has the durable events of that range; its ephemeral ones are gone.
@@ -252,6 +259,8 @@ class EventLog:
         durable = await self._store.list_events(
             workflow_id, tenant_id, from_seq=cursor, to_seq=upper, limit=self._replay_page
         )
+        if durable:
+            SUBSCRIBER_CATCHUPS.inc()
         if upper is None:
             # Nothing was hot, but appends may have started since: whatever the tier holds
             # now is read from it, lest an ephemeral event among them be skipped.

@@ -73,6 +73,10 @@ def test_metrics_and_logs_describe_the_run(tmp_path: Path) -> None:
             code="OK",
         )
         assert appends >= 10
+        assert value(events, "shuttle_events_appended_total", type="TOOL_INVOKED") == 1
+        assert value(events, "shuttle_events_appended_total", type="STREAM_END") == 1
+        assert value(events, "shuttle_events_appended_total", type="THREAD_MESSAGE_DELTA") >= 1
+        assert value(events, "shuttle_subscriber_lag_events_count") >= 1
         assert not [k for k in events if "grpc.health" in str(k)]
 
         gateway = httpx.get(f"{stack.gateway}/metrics", timeout=10)
