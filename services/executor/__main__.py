@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import logging
 
+from services.executor.engine.settings import AgentSettings
 from services.executor.grpc_api import ExecutorServicer
 from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
-from services.executor.react import AgentSettings
-from services.executor.runs import RunManager
+from services.executor.grpc_log import GrpcCommandSource
+from services.executor.grpc_planner import GrpcToolSelector
+from services.executor.runs import EmitterSettings, RunManager
 from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import GrpcService
 from shuttle.llm.factory import build_llm
 from shuttle.process import main
 from shuttle.settings import Settings
-from shuttle.v1 import events_pb2_grpc, executor_pb2, executor_pb2_grpc, tools_pb2_grpc
+from shuttle.v1 import (
+    events_pb2_grpc,
+    executor_pb2,
+    executor_pb2_grpc,
+    planner_pb2_grpc,
+    tools_pb2_grpc,
+)
 
 log = logging.getLogger("executor")
 
@@ -26,6 +34,7 @@ async def build(settings: Settings) -> GrpcService:
         log.info("LLM: %s at %s", llm.model or "endpoint default", settings.openai_base_url)
     events_channel = open_channel(settings.grpc_target("events"))
     tools_channel = open_channel(settings.grpc_target("tools"))
+    planner_channel = open_channel(settings.grpc_target("planner"))
     events = events_pb2_grpc.EventServiceStub(events_channel)
     tools = GrpcToolHost(
         tools_pb2_grpc.ToolServiceStub(tools_channel), settings.tool_timeout_seconds
@@ -35,7 +44,10 @@ async def build(settings: Settings) -> GrpcService:
         sinks=lambda workflow_id, tenant_id: GrpcEventSink(events, workflow_id, tenant_id),
         tools=tools,
         llm=llm,
-        settings=AgentSettings(settings.max_iterations, settings.tool_timeout_seconds),
+        settings=AgentSettings.from_settings(settings),
+        commands=GrpcCommandSource(events),
+        selector=GrpcToolSelector(planner_pb2_grpc.PlannerServiceStub(planner_channel)),
+        emitter=EmitterSettings(settings.events_batch_max, settings.events_retry_seconds),
     )
 
     async def finish_runs() -> None:
@@ -44,6 +56,7 @@ async def build(settings: Settings) -> GrpcService:
     async def close_channels() -> None:
         await events_channel.close()
         await tools_channel.close()
+        await planner_channel.close()
 
     return GrpcService(
         name="executor",

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from services.executor.ports import EventSink, ToolHost
-from services.executor.react import AgentSettings, ReActAgent, RunContext
+from services.executor.emitter import EmitterFailed, EventEmitter
+from services.executor.engine.loop import ReActAgent
+from services.executor.engine.settings import AgentSettings
+from services.executor.engine.state import RunContext
+from services.executor.follower import CommandSource, LogCommand, RunReceiver, follow_commands
+from services.executor.policies.control import RunCancelled
+from services.executor.ports import EventSink, ToolHost, ToolSelector
 from services.executor.reporter import RunReporter
 from shuttle.llm.protocol import LLM, LLMError
 
@@ -24,6 +30,8 @@ class RunRequest:
     owner: str = ""
     session_id: str = ""
     mode: str = "STANDARD"
+    budget_tokens: int = 0
+    """This run's token budget; 0 keeps the deployment's default."""
 
 
 class WorkflowRegistry(Protocol):
@@ -36,6 +44,12 @@ SinkFactory = Callable[[str, str], EventSink]
 """(workflow_id, tenant_id) -> the sink appending to that workflow's log."""
 
 
+@dataclass(frozen=True)
+class EmitterSettings:
+    batch_max: int = 256
+    retry_seconds: float = 30.0
+
+
 class RunManager:
     """Starts runs as background tasks; any failure ends the log with ERROR_OCCURRED."""
 
@@ -46,13 +60,21 @@ class RunManager:
         tools: ToolHost,
         llm: LLM,
         settings: AgentSettings,
+        *,
+        commands: CommandSource | None = None,
+        selector: ToolSelector | None = None,
+        emitter: EmitterSettings | None = None,
     ) -> None:
         self._registry = registry
         self._sinks = sinks
         self._tools = tools
         self._llm = llm
         self._settings = settings
+        self._commands = commands
+        self._selector = selector
+        self._emitter = emitter or EmitterSettings()
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._receivers: dict[str, RunReceiver] = {}
 
     @property
     def active_runs(self) -> int:
@@ -62,17 +84,52 @@ class RunManager:
         if not request.query.strip():
             raise ValueError("query must not be empty")
         workflow_id = await self._registry.create(request)
+        self._receivers[workflow_id] = RunReceiver()
         task = asyncio.create_task(self._execute(workflow_id, request), name=workflow_id)
         self._tasks[workflow_id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(workflow_id, None))
+        task.add_done_callback(lambda _: self._forget(workflow_id))
         return workflow_id
 
+    def deliver(self, workflow_id: str, command: LogCommand) -> None:
+        """Hand a command appended on this replica straight to its run, if it runs here."""
+        receiver = self._receivers.get(workflow_id)
+        if receiver is not None:
+            receiver.deliver(command)
+
+    def _forget(self, workflow_id: str) -> None:
+        self._tasks.pop(workflow_id, None)
+        self._receivers.pop(workflow_id, None)
+
+    def _agent_settings(self, request: RunRequest) -> AgentSettings:
+        if request.budget_tokens > 0:
+            return replace(self._settings, token_budget=request.budget_tokens)
+        return self._settings
+
     async def _execute(self, workflow_id: str, request: RunRequest) -> None:
-        reporter = RunReporter(self._sinks(workflow_id, request.tenant_id))
+        emitter = EventEmitter(
+            self._sinks(workflow_id, request.tenant_id),
+            batch_max=self._emitter.batch_max,
+            retry_seconds=self._emitter.retry_seconds,
+        )
+        reporter = RunReporter(emitter)
+        receiver = self._receivers[workflow_id]
+        follower = None
+        if self._commands is not None:
+            follower = asyncio.create_task(
+                follow_commands(self._commands, workflow_id, request.tenant_id, receiver)
+            )
         started = time.monotonic()
+        agent = ReActAgent(
+            self._llm,
+            self._tools,
+            reporter,
+            self._agent_settings(request),
+            selector=self._selector,
+            control=receiver.control,
+            inbox=receiver.interrupts,
+        )
         try:
             await reporter.workflow_started(request.query, request.mode, request.session_id, 0.0)
-            agent = ReActAgent(self._llm, self._tools, reporter, self._settings)
             result = await agent.run(request.query, RunContext(workflow_id, request.tenant_id))
             await reporter.workflow_completed(
                 result.answer,
@@ -81,17 +138,32 @@ class RunManager:
                 agents_used=1,
                 tools_invoked=len(result.steps),
             )
+            await self._close(reporter, workflow_id)
+        except RunCancelled as cancelled:
+            await reporter.workflow_cancelled(
+                cancelled.checkpoint,
+                cancelled.reason,
+                int((time.monotonic() - started) * 1000),
+                agent.usage,
+            )
+            await self._close(reporter, workflow_id)
         except asyncio.CancelledError:
             await self._fail(reporter, workflow_id, "SHUTDOWN", "the executor shut down mid-run")
             raise
         except LLMError as exc:
             await self._fail(reporter, workflow_id, "LLM_ERROR", str(exc))
-            return
+        except EmitterFailed:
+            log.exception("run lost its event log", extra={"workflow_id": workflow_id})
         except Exception as exc:
             log.exception("run failed", extra={"workflow_id": workflow_id})
             await self._fail(reporter, workflow_id, "INTERNAL", f"{type(exc).__name__}: {exc}")
-            return
-        await self._close(reporter, workflow_id)
+        finally:
+            if follower is not None:
+                follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follower
+            with contextlib.suppress(EmitterFailed):
+                await emitter.close()
 
     async def _fail(
         self, reporter: RunReporter, workflow_id: str, error_type: str, message: str
@@ -105,6 +177,7 @@ class RunManager:
     async def _close(self, reporter: RunReporter, workflow_id: str) -> None:
         try:
             await reporter.stream_end()
+            await reporter.flush()
         except Exception:
             log.exception("could not close the log", extra={"workflow_id": workflow_id})
 
