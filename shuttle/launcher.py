@@ -67,6 +67,8 @@ class Supervisor:
     settings: Settings
     log_dir: Path
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    process_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Variables for one process only, by name (e.g. a metrics port each)."""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _logs: list[IO[bytes]] = field(default_factory=list)
 
@@ -89,7 +91,7 @@ class Supervisor:
                 self._logs.append(log)
                 self.processes[point.name] = subprocess.Popen(
                     [sys.executable, "-m", MODULES[point.name]],
-                    env=env,
+                    env={**env, **self.process_env.get(point.name, {})},
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     # A Ctrl-C in the terminal reaches only the supervisor, which then stops

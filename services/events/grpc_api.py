@@ -12,6 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from shuttle.envelope import stream_id, type_name, type_value
+from shuttle.telemetry import current_trace_id
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 from .errors import AlreadyExists, EventsError, FailedPrecondition, InvalidArgument, NotFound
@@ -120,7 +121,9 @@ def new_event(draft: common_pb2.EventDraft) -> NewEvent:
         message=draft.message,
         payload_json=draft.payload_json,
         timestamp=draft.timestamp.ToDatetime(tzinfo=UTC) if draft.HasField("timestamp") else None,
-        trace_id=draft.trace_id,
+        # The append's own span continues the producer's trace, so an event the producer did
+        # not stamp still names the trace it belongs to.
+        trace_id=draft.trace_id or current_trace_id(),
     )
 
 

@@ -9,6 +9,8 @@ from services.executor.grpc_api import ExecutorServicer
 from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
 from services.executor.grpc_log import GrpcCommandSource
 from services.executor.grpc_planner import GrpcToolSelector
+from services.executor.instrumented import TracedLLM, TracedToolHost
+from services.executor.routing import GrpcRouter
 from services.executor.runs import EmitterSettings, RunManager
 from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import GrpcService
@@ -27,7 +29,7 @@ log = logging.getLogger("executor")
 
 
 async def build(settings: Settings) -> GrpcService:
-    llm = build_llm(settings)
+    llm = TracedLLM(build_llm(settings))
     if settings.uses_demo_model:
         log.info("LLM: the offline DEMO model (deterministic, arithmetic only)")
     else:
@@ -36,8 +38,9 @@ async def build(settings: Settings) -> GrpcService:
     tools_channel = open_channel(settings.grpc_target("tools"))
     planner_channel = open_channel(settings.grpc_target("planner"))
     events = events_pb2_grpc.EventServiceStub(events_channel)
-    tools = GrpcToolHost(
-        tools_pb2_grpc.ToolServiceStub(tools_channel), settings.tool_timeout_seconds
+    planner = planner_pb2_grpc.PlannerServiceStub(planner_channel)
+    tools = TracedToolHost(
+        GrpcToolHost(tools_pb2_grpc.ToolServiceStub(tools_channel), settings.tool_timeout_seconds)
     )
     runs = RunManager(
         registry=GrpcWorkflowRegistry(events),
@@ -45,8 +48,9 @@ async def build(settings: Settings) -> GrpcService:
         tools=tools,
         llm=llm,
         settings=AgentSettings.from_settings(settings),
+        router=GrpcRouter(planner),
         commands=GrpcCommandSource(events),
-        selector=GrpcToolSelector(planner_pb2_grpc.PlannerServiceStub(planner_channel)),
+        selector=GrpcToolSelector(planner),
         emitter=EmitterSettings(settings.events_batch_max, settings.events_retry_seconds),
     )
 
@@ -54,9 +58,8 @@ async def build(settings: Settings) -> GrpcService:
         await runs.shutdown(settings.shutdown_grace_seconds)
 
     async def close_channels() -> None:
-        await events_channel.close()
-        await tools_channel.close()
-        await planner_channel.close()
+        for channel in (events_channel, tools_channel, planner_channel):
+            await channel.close()
 
     return GrpcService(
         name="executor",

@@ -19,7 +19,7 @@ from shuttle.v1 import (
 )
 
 _MODE_NAMES = {
-    common_pb2.MODE_UNSPECIFIED: "STANDARD",
+    common_pb2.MODE_UNSPECIFIED: "",
     common_pb2.MODE_SIMPLE: "SIMPLE",
     common_pb2.MODE_STANDARD: "STANDARD",
 }
@@ -61,7 +61,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             tenant_id=request.tenant_id,
             owner=request.owner,
             session_id=request.session_id,
-            mode=_MODE_NAMES.get(request.mode, "STANDARD"),
+            mode=_MODE_NAMES.get(request.mode, ""),
             budget_tokens=request.budget_tokens,
         )
         try:

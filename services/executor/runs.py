@@ -18,7 +18,10 @@ from services.executor.follower import CommandSource, LogCommand, RunReceiver, f
 from services.executor.policies.control import RunCancelled
 from services.executor.ports import EventSink, ToolHost, ToolSelector
 from services.executor.reporter import RunReporter
+from services.executor.routing import Route, Router
 from shuttle.llm.protocol import LLM, LLMError
+from shuttle.logs import current_workflow
+from shuttle.metrics import RUN_ITERATIONS, RUNS_FINISHED, RUNS_STARTED
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +32,8 @@ class RunRequest:
     tenant_id: str
     owner: str = ""
     session_id: str = ""
-    mode: str = "STANDARD"
+    mode: str = ""
+    """SIMPLE, STANDARD or COMPLEX when the user forced one; empty lets the router decide."""
     budget_tokens: int = 0
     """This run's token budget; 0 keeps the deployment's default."""
 
@@ -60,11 +64,13 @@ class RunManager:
         tools: ToolHost,
         llm: LLM,
         settings: AgentSettings,
+        router: Router | None = None,
         *,
         commands: CommandSource | None = None,
         selector: ToolSelector | None = None,
         emitter: EmitterSettings | None = None,
     ) -> None:
+        self._router = router
         self._registry = registry
         self._sinks = sinks
         self._tools = tools
@@ -128,8 +134,18 @@ class RunManager:
             control=receiver.control,
             inbox=receiver.interrupts,
         )
+        current_workflow.set(workflow_id)  # this task's log lines name the run
+        RUNS_STARTED.inc()
+        log.info("run started")
         try:
-            await reporter.workflow_started(request.query, request.mode, request.session_id, 0.0)
+            route = (
+                await self._router.route(workflow_id, request.query, request.mode)
+                if self._router is not None
+                else Route(request.mode or "STANDARD", 0.0)
+            )
+            await reporter.workflow_started(
+                request.query, route.mode, request.session_id, route.estimated_complexity
+            )
             result = await agent.run(request.query, RunContext(workflow_id, request.tenant_id))
             await reporter.workflow_completed(
                 result.answer,
@@ -138,6 +154,9 @@ class RunManager:
                 agents_used=1,
                 tools_invoked=len(result.steps),
             )
+            RUNS_FINISHED.labels("completed").inc()
+            RUN_ITERATIONS.observe(result.iterations)
+            log.info("run completed", extra={"iterations": result.iterations})
             await self._close(reporter, workflow_id)
         except RunCancelled as cancelled:
             await reporter.workflow_cancelled(
@@ -146,6 +165,8 @@ class RunManager:
                 int((time.monotonic() - started) * 1000),
                 agent.usage,
             )
+            RUNS_FINISHED.labels("cancelled").inc()
+            log.info("run cancelled", extra={"checkpoint": cancelled.checkpoint})
             await self._close(reporter, workflow_id)
         except asyncio.CancelledError:
             await self._fail(reporter, workflow_id, "SHUTDOWN", "the executor shut down mid-run")
@@ -168,6 +189,8 @@ class RunManager:
     async def _fail(
         self, reporter: RunReporter, workflow_id: str, error_type: str, message: str
     ) -> None:
+        RUNS_FINISHED.labels("failed").inc()
+        log.warning("run failed: %s", message, extra={"error_type": error_type})
         try:
             await reporter.error(error_type, message, fatal=True)
         except Exception:

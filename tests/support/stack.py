@@ -48,7 +48,10 @@ def settings_on_free_ports(data_dir: Path) -> Settings:
 
 
 def start_stack(
-    data_dir: Path, openai_base_url: str = "", extra_env: dict[str, str] | None = None
+    data_dir: Path,
+    openai_base_url: str = "",
+    extra_env: dict[str, str] | None = None,
+    process_env: dict[str, dict[str, str]] | None = None,
 ) -> Stack:
     """All five processes on free ports; an empty `openai_base_url` means the demo model."""
     settings = settings_on_free_ports(data_dir)
@@ -62,7 +65,9 @@ def start_stack(
         "OTEL_TRACES_EXPORTER": "none",
         **(extra_env or {}),
     }
-    supervisor = Supervisor(settings, data_dir / "logs", extra_env=env)
+    supervisor = Supervisor(
+        settings, data_dir / "logs", extra_env=env, process_env=process_env or {}
+    )
     supervisor.start(timeout_seconds=60)
     ports = {name: settings.grpc_bind(name)[1] for name in GRPC_SERVICES}
     return Stack(supervisor, f"http://127.0.0.1:{settings.gateway_port}", ports)
