@@ -75,3 +75,7 @@ async def follow_commands(
             )
             await asyncio.sleep(delay)
             delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+        except Exception:
+            # The run goes on; only commands from other replicas are lost to it.
+            log.exception("cannot follow the log for commands", extra={"workflow_id": workflow_id})
+            return

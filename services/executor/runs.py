@@ -181,8 +181,7 @@ class RunManager:
         finally:
             if follower is not None:
                 follower.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await follower
+                await asyncio.gather(follower, return_exceptions=True)
             with contextlib.suppress(EmitterFailed):
                 await emitter.close()
 

@@ -75,8 +75,10 @@ class Backends:
             selector=GrpcToolSelector(self.planner),
         )
 
-    async def serve(self, runs: RunManager) -> executor_pb2_grpc.ExecutorServiceAsyncStub:
-        """An ExecutorService on port 0 in front of `runs`."""
+    async def serve(
+        self, runs: RunManager
+    ) -> tuple[executor_pb2_grpc.ExecutorServiceAsyncStub, int]:
+        """An ExecutorService on port 0 in front of `runs`: a client stub and the port."""
         service = GrpcService(
             name="executor",
             service_names=[executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"].full_name],
@@ -88,7 +90,7 @@ class Backends:
         self.executors.append(service)
         channel = open_channel(f"127.0.0.1:{port}")
         self.channels.append(channel)
-        return executor_pb2_grpc.ExecutorServiceStub(channel)
+        return executor_pb2_grpc.ExecutorServiceStub(channel), port
 
     async def read_log(self, workflow_id: str) -> list[dict[str, Any]]:
         """The whole log of a workflow, to its STREAM_END, as a subscriber reads it."""
@@ -97,7 +99,9 @@ class Backends:
         )
         return [as_dict(e) async for e in stream]
 
-    async def run_to_end(self, runs: RunManager, query: str, **request: Any) -> list[dict[str, Any]]:
+    async def run_to_end(
+        self, runs: RunManager, query: str, **request: Any
+    ) -> list[dict[str, Any]]:
         """Start a run and read its whole log."""
         workflow_id = await runs.start(RunRequest(query=query, tenant_id=TENANT, **request))
         return await self.read_log(workflow_id)

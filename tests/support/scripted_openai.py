@@ -33,6 +33,8 @@ class Reply:
     status: int = 200
     chunks: list[str] | None = None
     """For streamed calls: how the content is split into deltas (default: by word)."""
+    reasoning_content: str = ""
+    """A thinking model's separate reasoning field (DeepSeek-style), when set."""
 
 
 def text(content: str, chunks: list[str] | None = None) -> Reply:
@@ -96,6 +98,8 @@ class ScriptedOpenAI:
 
     def _completion(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
+        if reply.reasoning_content:
+            message["reasoning_content"] = reply.reasoning_content
         if reply.tool_calls:
             message["tool_calls"] = [
                 {

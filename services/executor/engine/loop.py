@@ -50,8 +50,8 @@ class ReActAgent:
         self.reporter = reporter
         self.settings = settings
         self.selector = selector
-        self.control = control or RunControl()
-        self.inbox = inbox or InterruptInbox()
+        self.control = RunControl() if control is None else control
+        self.inbox = InterruptInbox() if inbox is None else inbox
         self.usage = TokenUsage()
         """Tokens spent so far, kept current so that a cancelled run can still report them."""
 
