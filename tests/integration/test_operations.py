@@ -72,7 +72,8 @@ def test_metrics_and_logs_describe_the_run(tmp_path: Path) -> None:
             method="/shuttle.v1.EventService/Append",
             code="OK",
         )
-        assert appends >= 10
+        # The executor batches its events: every Append carries at least one of them.
+        assert 1 <= appends <= len(frames)
         assert not [k for k in events if "grpc.health" in str(k)]
 
         gateway = httpx.get(f"{stack.gateway}/metrics", timeout=10)
