@@ -33,7 +33,7 @@ $(STUBS): $(PROTOS) | $(STAMP)
 	@$(MAKE) --no-print-directory proto
 
 run: install
-	$(PY) -m shuttle.cli run
+	$(PY) -m shuttle.cli up
 
 test: install
 	$(PY) -m pytest -q
@@ -53,6 +53,7 @@ bench: install
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.end_to_end
 	$(PY) -m bench.react_overhead
+	$(PY) -m bench.llm_overhead
 
 fmt: install
 	$(PY) -m ruff format .

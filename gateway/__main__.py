@@ -48,7 +48,12 @@ def main() -> None:
             "set SHUTTLE_GATEWAY_PORT to another port or stop the process using it"
         )
     if settings.auth is AuthMode.OFF:
-        log.info("authentication is off: every caller is tenant %r", settings.default_tenant)
+        log.info(
+            "authentication is off (loopback only): every caller is tenant %r",
+            settings.default_tenant,
+        )
+    else:
+        log.info("authentication required: create keys with `shuttle apikey create --tenant NAME`")
     config = uvicorn.Config(
         create_app(settings),
         log_config=None,

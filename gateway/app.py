@@ -1,32 +1,73 @@
-"""The gateway application: routes, error handling, operations endpoints."""
+"""The gateway application: routes, auth state, error handling, operations endpoints."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.middleware.cors import CORSMiddleware
 
-from gateway import stream, tasks
+from gateway import control, openai_compat, stream, tasks
 from gateway.backends import Backends
+from gateway.db import create_engine, create_schema
 from gateway.errors import install_error_handlers
+from gateway.grpc_web import GrpcWebProxy
+from gateway.keys import KeyStore
+from gateway.ratelimit import RateLimiter
+from gateway.task_index import TaskIndex
+from gateway.tickets import TicketSigner
 from shuttle.settings import Settings
+
+log = logging.getLogger("gateway")
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+CORS_HEADERS = [
+    "authorization",
+    "x-api-key",
+    "content-type",
+    "idempotency-key",
+    "last-event-id",
+    "x-grpc-web",
+    "x-user-agent",
+    "grpc-timeout",
+    "connect-protocol-version",
+    "connect-timeout-ms",
+]
+CORS_EXPOSED = ["grpc-status", "grpc-message", "grpc-status-details-bin", "retry-after", "location"]
 
 
 def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
     """`backends` defaults to clients built from `settings` when the app starts."""
+    signer, generated = TicketSigner.from_setting(
+        settings.ticket_secret, settings.ticket_ttl_seconds
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_engine(settings.sqlalchemy_url)
+        await create_schema(engine)
+        app.state.keys = KeyStore(engine)
+        app.state.task_index = TaskIndex(engine)
         app.state.backends = backends or Backends.connect(settings)
+        if generated:
+            log.info(
+                "stream tickets are signed with a key generated for this process "
+                "(set SHUTTLE_TICKET_SECRET to share one across replicas and restarts)"
+            )
         try:
             yield
         finally:
             await app.state.backends.close()
+            await engine.dispose()
 
     app = FastAPI(
         title="Shuttle",
@@ -35,9 +76,30 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.tickets = signer
+    app.state.rate_limiter = RateLimiter(settings.rate_limit)
+    app.state.grpc_web = GrpcWebProxy()
     install_error_handlers(app)
+    if settings.cors_origin_list:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origin_list,
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_headers=CORS_HEADERS,
+            expose_headers=CORS_EXPOSED,
+            max_age=600,
+        )
     app.include_router(tasks.router)
     app.include_router(stream.router)
+    app.include_router(control.router)
+    app.include_router(openai_compat.router)
+    app.add_route(
+        "/shuttle.v1.{service}/{method}",
+        app.state.grpc_web.handle,
+        methods=["POST"],
+        include_in_schema=False,
+    )
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     # One span per request (not per SSE chunk); probes and scrapes are left out.
     FastAPIInstrumentor.instrument_app(
@@ -48,11 +110,20 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/healthz")
+    @app.get("/", include_in_schema=False)
+    async def console() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/api/v1/config", tags=["operations"])
+    async def console_config() -> dict[str, Any]:
+        """What the web console needs to know before it has a key."""
+        return {"auth": settings.auth.value, "version": app.version}
+
+    @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz")
+    @app.get("/readyz", tags=["operations"])
     async def readyz(request: Request) -> Any:
         report = await request.app.state.backends.health()
         ready = all(state == "SERVING" for state in report.values())

@@ -1,25 +1,40 @@
-"""The typed SSE dialect: `id: seq`, `event: TYPE`, `data: envelope`, closed after STREAM_END."""
+"""Both SSE dialects of the workflow log, and the tickets EventSource clients open them with.
+
+Typed: `id: seq`, `event: TYPE`, `data: envelope`. ReAct channels (`dialect=fim`): `step`,
+`answer`, `compact`, `phase`, `inject`, `done`. Both resume from `Last-Event-ID` (or
+`last_event_id`), send a `retry:` hint and a ping comment, and close after STREAM_END.
+Closing a stream never touches the run.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, Literal
 
 import grpc
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
+from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from gateway.backends import Backends, tenant_metadata
+from gateway.deps import Clients, parse_types
 from gateway.errors import ApiError
-from gateway.tasks import Clients, Tenant, parse_types
+from gateway.fim_dialect import FimTranslator
+from gateway.tasks import ERRORS, require_workflow
+from gateway.tenancy import CallerDep, StreamCallerDep, tenant_for_workflow
+from gateway.tickets import TicketSigner
 from shuttle.envelope import to_json_dict, type_name
 from shuttle.metrics import SSE_CONNECTIONS
 from shuttle.v1 import common_pb2, events_pb2
 
-router = APIRouter(prefix="/api/v1")
+router = APIRouter(prefix="/api/v1", tags=["streams"])
 
 PING_SECONDS = 15
 RETRY_MS = 3_000
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+Frames = Callable[[common_pb2.Event], list[ServerSentEvent]]
 
 
 def resume_point(header: str | None, query: str | None) -> int:
@@ -33,39 +48,55 @@ def resume_point(header: str | None, query: str | None) -> int:
         raise ApiError(
             400, "invalid_argument", f"Last-Event-ID must be a seq, got {raw!r}"
         ) from None
-    if last < 0:
-        raise ApiError(400, "invalid_argument", "Last-Event-ID must not be negative")
+    if last < 0 or last >= 2**63:
+        raise ApiError(400, "invalid_argument", "Last-Event-ID must be a seq (0 or more)")
     return last + 1
 
 
-def frame(event: common_pb2.Event, first: bool) -> ServerSentEvent:
-    return ServerSentEvent(
-        data=json.dumps(to_json_dict(event), ensure_ascii=False),
-        event=type_name(event.type),
-        id=str(event.seq),
-        retry=RETRY_MS if first else None,
-    )
+def typed_frames(event: common_pb2.Event) -> list[ServerSentEvent]:
+    return [
+        ServerSentEvent(
+            data=json.dumps(to_json_dict(event), ensure_ascii=False),
+            event=type_name(event.type),
+            id=str(event.seq),
+        )
+    ]
 
 
-@router.get("/stream/sse")
-async def stream_sse(
-    workflow_id: Annotated[str, Query(min_length=1)],
-    tenant: Tenant,
-    clients: Clients,
-    types: str | None = None,
-    last_event_id: str | None = None,
-    last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+def fim_frames() -> Frames:
+    translator = FimTranslator()
+
+    def frames(event: common_pb2.Event) -> list[ServerSentEvent]:
+        pairs = translator.translate(to_json_dict(event))
+        # Only the last frame of an event carries its seq, so a client cut off halfway
+        # through an event's frames resumes from that event again.
+        return [
+            ServerSentEvent(
+                data=json.dumps(payload, ensure_ascii=False),
+                event=channel,
+                id=str(event.seq) if i == len(pairs) - 1 else None,
+            )
+            for i, (channel, payload) in enumerate(pairs)
+        ]
+
+    return frames
+
+
+async def open_stream(
+    clients: Backends,
+    tenant: str,
+    workflow_id: str,
+    from_seq: int,
+    types: list[common_pb2.EventType.ValueType],
+    render: Frames,
 ) -> EventSourceResponse:
-    from_seq = resume_point(last_event_id_header, last_event_id)
-    wanted = parse_types(types)
     # Check before answering 200, so a wrong id is a JSON 404 and not an empty stream.
-    await clients.events.GetWorkflow(
-        events_pb2.GetWorkflowRequest(workflow_id=workflow_id, tenant_id=tenant)
-    )
+    await require_workflow(clients, tenant, workflow_id)
     call = clients.events.Stream(
         events_pb2.StreamRequest(
-            workflow_id=workflow_id, tenant_id=tenant, from_seq=from_seq, types=wanted
-        )
+            workflow_id=workflow_id, tenant_id=tenant, from_seq=from_seq, types=types
+        ),
+        metadata=tenant_metadata(tenant),
     )
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
@@ -75,8 +106,10 @@ async def stream_sse(
         SSE_CONNECTIONS.labels("typed").inc()
         try:
             async for event in call:
-                yield frame(event, first)
-                first = False
+                for frame in render(event):
+                    if first:
+                        frame.retry, first = RETRY_MS, False
+                    yield frame
         except grpc.aio.AioRpcError as exc:
             error = {"error": {"code": exc.code().name.lower(), "message": exc.details()}}
             yield ServerSentEvent(data=json.dumps(error), event="error")
@@ -84,8 +117,70 @@ async def stream_sse(
             SSE_CONNECTIONS.labels("typed").dec()
             call.cancel()
 
-    return EventSourceResponse(
-        frames(),
-        ping=PING_SECONDS,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    return EventSourceResponse(frames(), ping=PING_SECONDS, headers=SSE_HEADERS)
+
+
+LastEventIdHeader = Annotated[str | None, Header(alias="Last-Event-ID")]
+
+
+@router.get("/stream/sse", responses=ERRORS)
+async def stream_sse(
+    workflow_id: Annotated[str, Query(min_length=1)],
+    caller: StreamCallerDep,
+    clients: Clients,
+    types: str | None = None,
+    last_event_id: str | None = None,
+    ticket: str | None = None,
+    last_event_id_header: LastEventIdHeader = None,
+) -> EventSourceResponse:
+    """The log as typed SSE frames (`id: seq`, `event: TYPE`, `data: envelope`)."""
+    tenant = tenant_for_workflow(caller, workflow_id)
+    from_seq = resume_point(last_event_id_header, last_event_id)
+    return await open_stream(
+        clients, tenant, workflow_id, from_seq, parse_types(types), typed_frames
     )
+
+
+@router.get("/tasks/{workflow_id}/stream", responses=ERRORS)
+async def stream_task(
+    workflow_id: str,
+    caller: StreamCallerDep,
+    clients: Clients,
+    dialect: Literal["fim", "typed"] = "fim",
+    last_event_id: str | None = None,
+    ticket: str | None = None,
+    last_event_id_header: LastEventIdHeader = None,
+) -> EventSourceResponse:
+    """The log as the ReAct channel protocol (`dialect=fim`) or as typed frames."""
+    tenant = tenant_for_workflow(caller, workflow_id)
+    from_seq = resume_point(last_event_id_header, last_event_id)
+    render = fim_frames() if dialect == "fim" else typed_frames
+    return await open_stream(clients, tenant, workflow_id, from_seq, [], render)
+
+
+class TicketRequest(BaseModel):
+    workflow_id: str = Field(min_length=1, max_length=200)
+
+
+class TicketIssued(BaseModel):
+    ticket: str
+    expires_in: int
+    stream_url: str
+    fim_stream_url: str
+
+
+@router.post("/stream/ticket", response_model=TicketIssued, responses=ERRORS)
+async def stream_ticket(
+    body: TicketRequest, caller: CallerDep, clients: Clients, request: Request
+) -> dict[str, Any]:
+    """A short-lived ticket that opens this workflow's streams without headers (EventSource)."""
+    await require_workflow(clients, caller.tenant_id, body.workflow_id)
+    signer: TicketSigner = request.app.state.tickets
+    token, _ = signer.issue(caller.tenant_id, body.workflow_id, caller.key_id)
+    wf = body.workflow_id
+    return {
+        "ticket": token,
+        "expires_in": signer.ttl_seconds,
+        "stream_url": f"/api/v1/stream/sse?workflow_id={wf}&ticket={token}",
+        "fim_stream_url": f"/api/v1/tasks/{wf}/stream?dialect=fim&ticket={token}",
+    }

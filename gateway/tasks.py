@@ -1,26 +1,33 @@
-"""Task routes: submit, inspect, page through history."""
+"""Task routes: submit (idempotently), list, inspect, page through history."""
 
 from __future__ import annotations
 
-import json
+import asyncio
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+import grpc
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from gateway.backends import Backends
+from gateway.backends import Backends, tenant_metadata
+from gateway.deps import Clients, Index, parse_types, status_name
 from gateway.errors import ApiError
-from gateway.tenancy import tenant_of
-from shuttle.envelope import to_json_dict, type_value
-from shuttle.v1 import common_pb2, events_pb2, executor_pb2
+from gateway.submit import TaskSpec, submit
+from gateway.tenancy import CallerDep
+from shuttle.envelope import to_json_dict
+from shuttle.v1 import events_pb2, executor_pb2
 
-router = APIRouter(prefix="/api/v1")
+router = APIRouter(prefix="/api/v1", tags=["tasks"])
 
-_MODES = {
-    "simple": common_pb2.MODE_SIMPLE,
-    "standard": common_pb2.MODE_STANDARD,
-    "complex": common_pb2.MODE_COMPLEX,
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"description": text}
+    for code, text in {
+        400: "invalid request",
+        401: "authentication required",
+        404: "no such workflow for this tenant",
+        429: "rate limited (see Retry-After)",
+    }.items()
 }
 
 
@@ -29,7 +36,7 @@ class TaskCreate(BaseModel):
     session_id: str | None = Field(None, max_length=128)
     mode: Literal["simple", "standard", "complex", "SIMPLE", "STANDARD", "COMPLEX"] | None = None
     model: str | None = Field(None, max_length=200)
-    budget_tokens: int | None = Field(None, ge=1)
+    budget_tokens: int | None = Field(None, ge=1, le=2**63 - 1)
     context: dict[str, Any] | None = None
 
 
@@ -40,58 +47,102 @@ class TaskCreated(BaseModel):
     stream_url: str
 
 
-def backends_of(request: Request) -> Backends:
-    backends: Backends = request.app.state.backends
-    return backends
-
-
-Tenant = Annotated[str, Depends(tenant_of)]
-Clients = Annotated[Backends, Depends(backends_of)]
-
-
-def status_name(value: int) -> str:
-    return common_pb2.WorkflowStatus.Name(value).removeprefix("WORKFLOW_STATUS_").lower()  # type: ignore[arg-type]
-
-
-def parse_types(raw: str | None) -> list[common_pb2.EventType.ValueType]:
-    if not raw:
-        return []
-    try:
-        return [type_value(name) for name in raw.split(",") if name.strip()]
-    except ValueError as exc:
-        raise ApiError(400, "invalid_argument", str(exc)) from None
-
-
-@router.post("/tasks", status_code=201, response_model=TaskCreated)
-async def create_task(body: TaskCreate, tenant: Tenant, clients: Clients) -> JSONResponse:
+@router.post(
+    "/tasks",
+    status_code=201,
+    response_model=TaskCreated,
+    responses={
+        **ERRORS,
+        409: {"description": "Idempotency-Key still in flight"},
+        422: {"description": "Idempotency-Key reused with another body"},
+    },
+)
+async def create_task(
+    body: TaskCreate,
+    caller: CallerDep,
+    clients: Clients,
+    index: Index,
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
+    ] = None,
+) -> JSONResponse:
+    """Start a task; the same Idempotency-Key (per tenant) always yields the same workflow."""
     if not body.query.strip():
         raise ApiError(400, "invalid_request", "query: must not be blank")
-    request = executor_pb2.StartRunRequest(
+    spec = TaskSpec(
         query=body.query,
-        tenant_id=tenant,
         session_id=body.session_id or "",
-        mode=_MODES[body.mode.lower()] if body.mode else common_pb2.MODE_UNSPECIFIED,
+        mode=body.mode or "",
         model=body.model or "",
         budget_tokens=body.budget_tokens or 0,
-        context_json=json.dumps(body.context) if body.context else "",
+        context=body.context or {},
     )
-    started = await clients.executor.StartRun(request)
-    workflow_id = started.workflow_id
+    done = await submit(clients, index, caller.tenant_id, caller.key_id, spec, idempotency_key)
+    status = done.status
+    if done.replayed:
+        status = (await _workflow(clients, caller.tenant_id, done.workflow_id)).status
     created = TaskCreated(
-        workflow_id=workflow_id,
-        task_id=workflow_id,
-        status=status_name(started.status),
-        stream_url=f"/api/v1/stream/sse?workflow_id={workflow_id}",
+        workflow_id=done.workflow_id,
+        task_id=done.workflow_id,
+        status=status_name(status),
+        stream_url=f"/api/v1/stream/sse?workflow_id={done.workflow_id}",
     )
-    return JSONResponse(
-        created.model_dump(), status_code=201, headers={"Location": f"/api/v1/tasks/{workflow_id}"}
+    headers = {"Location": f"/api/v1/tasks/{done.workflow_id}"}
+    if done.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return JSONResponse(created.model_dump(), status_code=201, headers=headers)
+
+
+async def _workflow(clients: Backends, tenant: str, workflow_id: str) -> events_pb2.Workflow:
+    return await clients.events.GetWorkflow(
+        events_pb2.GetWorkflowRequest(workflow_id=workflow_id, tenant_id=tenant),
+        metadata=tenant_metadata(tenant),
     )
 
 
-@router.get("/tasks/{workflow_id}")
-async def get_task(workflow_id: str, tenant: Tenant, clients: Clients) -> dict[str, Any]:
+async def require_workflow(clients: Backends, tenant: str, workflow_id: str) -> None:
+    """404 unless `workflow_id` is this tenant's, before any command touches it."""
+    await _workflow(clients, tenant, workflow_id)
+
+
+@router.get("/tasks", responses=ERRORS)
+async def list_tasks(
+    caller: CallerDep,
+    clients: Clients,
+    index: Index,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+) -> dict[str, Any]:
+    """The caller's most recent tasks, newest first."""
+    entries = await index.recent(caller.tenant_id, limit)
+
+    async def describe(entry_id: str) -> events_pb2.Workflow | None:
+        try:
+            return await _workflow(clients, caller.tenant_id, entry_id)
+        except grpc.aio.AioRpcError:
+            return None
+
+    found = await asyncio.gather(*(describe(e.workflow_id) for e in entries))
+    return {
+        "tasks": [
+            {
+                "workflow_id": entry.workflow_id,
+                "query": entry.query,
+                "created_at": entry.created_at.isoformat(),
+                "status": status_name(wf.status) if wf else "unknown",
+                "result": wf.result if wf else "",
+            }
+            for entry, wf in zip(entries, found, strict=True)
+        ]
+    }
+
+
+@router.get("/tasks/{workflow_id}", responses=ERRORS)
+async def get_task(workflow_id: str, caller: CallerDep, clients: Clients) -> dict[str, Any]:
+    """Status, result, usage, cost and timings of one task."""
+    tenant = caller.tenant_id
     run = await clients.executor.GetRun(
-        executor_pb2.GetRunRequest(workflow_id=workflow_id, tenant_id=tenant)
+        executor_pb2.GetRunRequest(workflow_id=workflow_id, tenant_id=tenant),
+        metadata=tenant_metadata(tenant),
     )
     return {
         "workflow_id": run.workflow_id,
@@ -114,15 +165,17 @@ async def get_task(workflow_id: str, tenant: Tenant, clients: Clients) -> dict[s
     }
 
 
-@router.get("/tasks/{workflow_id}/events")
+@router.get("/tasks/{workflow_id}/events", responses=ERRORS)
 async def list_events(
     workflow_id: str,
-    tenant: Tenant,
+    caller: CallerDep,
     clients: Clients,
-    from_seq: Annotated[int, Query(ge=0)] = 1,
+    from_seq: Annotated[int, Query(ge=0, le=2**63 - 1)] = 1,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     types: str | None = None,
 ) -> dict[str, Any]:
+    """One page of the workflow's log."""
+    tenant = caller.tenant_id
     page = await clients.events.List(
         events_pb2.ListRequest(
             workflow_id=workflow_id,
@@ -130,7 +183,8 @@ async def list_events(
             from_seq=from_seq,
             limit=limit,
             types=parse_types(types),
-        )
+        ),
+        metadata=tenant_metadata(tenant),
     )
     return {
         "workflow_id": workflow_id,

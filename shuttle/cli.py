@@ -1,4 +1,9 @@
-"""The `shuttle` command: `shuttle run` starts the whole system on this machine."""
+"""The `shuttle` command.
+
+`shuttle up` starts the whole system on this machine; `run`, `events`, `tasks` and `approve`
+talk to a running gateway (SHUTTLE_GATEWAY_URL, key in SHUTTLE_API_KEY); `apikey create`
+writes a key straight into the gateway's database (SHUTTLE_DATABASE_URL).
+"""
 
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ Shuttle is running.
   storage   {storage}; hot tier in-process
   model     {model}
   logs      {log_dir}/<service>.log
+  console   {gateway}/   (auth {settings.auth.value}; CLI: shuttle run "What is 12*7?")
 
 Try it:
   curl -s -X POST {gateway}/api/v1/tasks -H 'Content-Type: application/json' \\
@@ -50,7 +56,7 @@ Press Ctrl-C to stop.
 """
 
 
-def run(settings: Settings) -> int:
+def up(settings: Settings) -> int:
     log_dir = settings.data_dir / "logs"
     supervisor = Supervisor(settings, log_dir)
     stopping = False
@@ -86,17 +92,93 @@ def run(settings: Settings) -> int:
         print("Stopped.", flush=True)
 
 
+def create_key(settings: Settings, tenant: str, name: str) -> int:
+    import asyncio
+
+    from gateway.db import create_engine, create_schema
+    from gateway.keys import KeyStore
+
+    async def create() -> str:
+        engine = create_engine(settings.sqlalchemy_url)
+        try:
+            await create_schema(engine)
+            made = await KeyStore(engine).create(tenant, name)
+        finally:
+            await engine.dispose()
+        return f"{made.secret}\n"
+
+    try:
+        secret = asyncio.run(create())
+    except ValueError as exc:
+        print(f"shuttle: {exc}", file=sys.stderr)
+        return 2
+    print(f"API key for tenant {tenant!r} (shown once; store it now):", file=sys.stderr)
+    sys.stdout.write(secret)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="shuttle", description=__doc__.splitlines()[0])
+    commands = root.add_subparsers(dest="command", required=True)
+    commands.add_parser("up", help="start all services on this machine (embedded defaults)")
+    run_cmd = commands.add_parser("run", help="run a task and watch it live")
+    run_cmd.add_argument("query")
+    events_cmd = commands.add_parser("events", help="print a workflow's event log")
+    events_cmd.add_argument("workflow_id")
+    events_cmd.add_argument("--json", action="store_true", help="one JSON envelope per line")
+    tasks_cmd = commands.add_parser("tasks", help="list recent tasks")
+    tasks_cmd.add_argument("--limit", type=int, default=20)
+    approve_cmd = commands.add_parser("approve", help="approve (or --deny) a pending tool call")
+    approve_cmd.add_argument("approval_id")
+    approve_cmd.add_argument("--deny", action="store_true")
+    approve_cmd.add_argument("--comment", default="")
+    apikey = commands.add_parser("apikey", help="manage API keys")
+    apikey_commands = apikey.add_subparsers(dest="apikey_command", required=True)
+    create = apikey_commands.add_parser("create", help="create a key; it is printed once")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--name", default="")
+    for sub in (run_cmd, events_cmd, tasks_cmd, approve_cmd):
+        sub.add_argument("--gateway", help="gateway URL (default: SHUTTLE_GATEWAY_URL)")
+    return root
+
+
+def client_command(settings: Settings, args: argparse.Namespace) -> int:
+    from shuttle import cli_client
+
+    gateway = cli_client.Gateway(args.gateway or settings.gateway_base_url, settings.api_key)
+    try:
+        if args.command == "run":
+            view = cli_client.LiveView()
+            cli_client.run(gateway, args.query, view)
+            failed = view.done is None or view.done.get("error") or view.done.get("cancelled")
+            return 1 if failed else 0
+        if args.command == "events":
+            cli_client.events(gateway, args.workflow_id, sys.stdout, args.json)
+        elif args.command == "tasks":
+            cli_client.tasks(gateway, sys.stdout, args.limit)
+        elif args.command == "approve":
+            cli_client.approve(gateway, args.approval_id, args.deny, args.comment, sys.stdout)
+    except cli_client.CliError as exc:
+        print(f"shuttle {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        # Only the watching stops: the run goes on in the background.
+        print("\nstopped watching; the task goes on", file=sys.stderr)
+        return 130
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="shuttle", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("run", help="start all services on this machine (embedded defaults)")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         settings = load_settings()
     except SettingsError as exc:
         sys.exit(f"shuttle: {exc}")
-    if args.command == "run":
-        sys.exit(run(settings))
+    if args.command == "up":
+        sys.exit(up(settings))
+    if args.command == "apikey":
+        sys.exit(create_key(settings, args.tenant, args.name))
+    sys.exit(client_command(settings, args))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,9 @@ def main(service: str, build: ServiceFactory) -> None:
 
     try:
         asyncio.run(serve())
+    except SettingsError as exc:  # e.g. an unusable models file, found while building
+        print(f"shuttle {service}: {exc}", file=sys.stderr)
+        sys.exit(2)
     except PortInUseError as exc:
         logging.getLogger(service).error(str(exc))
         print(f"shuttle {service}: {exc}", file=sys.stderr)

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PORTS = {"events": 50051, "tools": 50052, "planner": 50053, "executor": 50054}
@@ -21,6 +30,23 @@ class AuthMode(StrEnum):
 
 class SettingsError(Exception):
     """Raised with a message naming the bad variable."""
+
+
+class McpServerConfig(BaseModel):
+    """One MCP server: a command to run over stdio, or a streamable-HTTP URL."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: str = ""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    url: str = ""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if bool(self.command) == bool(self.url):
+            raise ValueError("an MCP server needs exactly one of 'command' (stdio) or 'url'")
+        return self
 
 
 class Settings(BaseSettings):
@@ -47,6 +73,16 @@ class Settings(BaseSettings):
     gateway_port: int = Field(DEFAULT_GATEWAY_PORT, ge=0, le=65535)
     auth: AuthMode = AuthMode.OFF
     default_tenant: str = "default"
+    # Requests per API key (or per client while auth is off), in `limits` notation.
+    rate_limit: str = "600/minute"
+    # HMAC key of EventSource stream tickets; empty: a random one per gateway process.
+    ticket_secret: str = ""
+    ticket_ttl_seconds: int = Field(300, ge=1, le=86_400)
+    # Browser origins allowed to call the gateway cross-origin (grpc-web, API); comma list.
+    cors_origins: str = ""
+    # Used by the `shuttle` CLI: where the gateway is and the key to present.
+    gateway_url: str = ""
+    api_key: str = ""
 
     database_url: str = ""
     data_dir: Path = Path("var")
@@ -60,8 +96,13 @@ class Settings(BaseSettings):
         "", validation_alias=AliasChoices("OPENAI_API_KEY", "SHUTTLE_OPENAI_API_KEY")
     )
     model: str = ""
+    # Several named endpoints with roles, abilities and prices (docs/models.md); wins over
+    # OPENAI_BASE_URL when set.
+    models_file: Path | None = None
     llm_timeout_seconds: float = Field(120.0, gt=0)
     llm_max_retries: int = Field(2, ge=0, le=10)
+    llm_retry_base_seconds: float = Field(0.5, ge=0)
+    llm_retry_max_seconds: float = Field(60.0, ge=0)
 
     max_iterations: int = Field(50, ge=1, le=1000)
     tool_timeout_seconds: float = Field(30.0, gt=0)
@@ -97,9 +138,35 @@ class Settings(BaseSettings):
     )
     otel_service_name: str = Field("", validation_alias=AliasChoices("OTEL_SERVICE_NAME"))
 
+    # Tool host: hooks, approvals, workspaces, sandboxes, remote providers (docs/tools.md).
+    tool_hooks_file: Path | None = None
+    approval_timeout_seconds: float = Field(1800.0, gt=0)
+    tool_max_observation_chars: int = Field(20_000, ge=100)
+    tool_workspace_dir: Path | None = None
+    tool_workspace_quota_bytes: int = Field(50 * 1024 * 1024, ge=0)
+    http_allow_hosts: list[str] = Field(default_factory=list)
+    http_max_response_bytes: int = Field(2 * 1024 * 1024, ge=1)
+    python_exec_enabled: bool = False
+    python_exec_timeout_seconds: float = Field(20.0, gt=0)
+    python_exec_memory_mb: int = Field(512, ge=64)
+    python_exec_interpreter: str = ""
+    tool_providers: dict[str, str] = Field(default_factory=dict)
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+
     log_level: str = "INFO"
     log_format: str = Field("json", pattern="^(json|text)$")
     shutdown_grace_seconds: float = Field(10.0, ge=0)
+
+    @field_validator("rate_limit")
+    @classmethod
+    def _rate_limit_parses(cls, value: str) -> str:
+        from limits import parse
+
+        try:
+            parse(value)
+        except ValueError:
+            raise ValueError("expected a rate such as '600/minute' or '10 per second'") from None
+        return value
 
     def grpc_bind(self, service: str) -> tuple[str, int]:
         return getattr(self, f"{service}_host"), getattr(self, f"{service}_port")
@@ -124,8 +191,25 @@ class Settings(BaseSettings):
         return self.otel_traces_exporter == "otlp" or bool(self.otel_exporter_otlp_endpoint)
 
     @property
+    def cors_origin_list(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+    @property
+    def gateway_base_url(self) -> str:
+        if self.gateway_url:
+            return self.gateway_url.rstrip("/")
+        host = self.gateway_host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"http://{host}:{self.gateway_port}"
+
+    @property
+    def workspace_root(self) -> Path:
+        return self.tool_workspace_dir or self.data_dir / "workspaces"
+
+    @property
     def uses_demo_model(self) -> bool:
-        return not (self.openai_base_url or self.openai_api_key)
+        return not (self.models_file or self.openai_base_url or self.openai_api_key)
 
 
 def is_loopback(host: str) -> bool:
@@ -148,6 +232,11 @@ def load_settings() -> Settings:
             variable = field if field.isupper() else f"SHUTTLE_{field.upper()}"
             problems.append(f"{variable}: {err['msg']} (got {err.get('input')!r})")
         raise SettingsError("invalid configuration: " + "; ".join(problems)) from None
+
+
+def process_environment() -> Mapping[str, str]:
+    """The process environment, for the secrets a models file names by variable."""
+    return os.environ
 
 
 def child_environment(overrides: dict[str, str]) -> dict[str, str]:

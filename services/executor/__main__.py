@@ -9,12 +9,13 @@ from services.executor.grpc_api import ExecutorServicer
 from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
 from services.executor.grpc_log import GrpcCommandSource
 from services.executor.grpc_planner import GrpcToolSelector
-from services.executor.instrumented import TracedLLM, TracedToolHost
+from services.executor.instrumented import TracedToolHost
 from services.executor.routing import GrpcRouter
 from services.executor.runs import EmitterSettings, RunManager
 from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import GrpcService
 from shuttle.llm.factory import build_llm
+from shuttle.llm.traced import TracedLLM
 from shuttle.process import main
 from shuttle.settings import Settings
 from shuttle.v1 import (
@@ -33,14 +34,19 @@ async def build(settings: Settings) -> GrpcService:
     if settings.uses_demo_model:
         log.info("LLM: the offline DEMO model (deterministic, arithmetic only)")
     else:
-        log.info("LLM: %s at %s", llm.model or "endpoint default", settings.openai_base_url)
+        where = settings.models_file or settings.openai_base_url
+        log.info("LLM: %s from %s", llm.model or "endpoint default", where)
     events_channel = open_channel(settings.grpc_target("events"))
     tools_channel = open_channel(settings.grpc_target("tools"))
     planner_channel = open_channel(settings.grpc_target("planner"))
     events = events_pb2_grpc.EventServiceStub(events_channel)
     planner = planner_pb2_grpc.PlannerServiceStub(planner_channel)
     tools = TracedToolHost(
-        GrpcToolHost(tools_pb2_grpc.ToolServiceStub(tools_channel), settings.tool_timeout_seconds)
+        GrpcToolHost(
+            tools_pb2_grpc.ToolServiceStub(tools_channel),
+            settings.tool_timeout_seconds,
+            settings.approval_timeout_seconds,
+        )
     )
     runs = RunManager(
         registry=GrpcWorkflowRegistry(events),

@@ -94,13 +94,26 @@ class GrpcEventSink:
 class GrpcToolHost:
     """The tool service as the engine's ToolHost; RPC failures become error outcomes."""
 
-    def __init__(self, stub: tools_pb2_grpc.ToolServiceAsyncStub, timeout_seconds: float) -> None:
+    def __init__(
+        self,
+        stub: tools_pb2_grpc.ToolServiceAsyncStub,
+        timeout_seconds: float,
+        approval_timeout_seconds: float = 1800.0,
+    ) -> None:
         self._stub = stub
         # Headroom over the tool's own limit so the tool service reports its timeout first.
         self._deadline = timeout_seconds + 5.0
+        self._approval_wait = approval_timeout_seconds
+        # Per tool, from ListTools: its own timeout, and whether a human must approve first.
+        self._deadlines: dict[str, float] = {}
 
     async def list_tools(self, tenant_id: str) -> Sequence[ToolDefinition]:
         response = await self._stub.ListTools(tools_pb2.ListToolsRequest(tenant_id=tenant_id))
+        for t in response.tools:
+            deadline = (t.flags.timeout_seconds or self._deadline - 5.0) + 5.0
+            if t.flags.requires_approval:
+                deadline += self._approval_wait
+            self._deadlines[t.name] = deadline
         return [
             ToolDefinition(t.name, t.description, json.loads(t.parameters_json or "{}"))
             for t in response.tools
@@ -116,7 +129,9 @@ class GrpcToolHost:
             agent_id=call.agent_id,
         )
         try:
-            response = await self._stub.Execute(request, timeout=self._deadline)
+            response = await self._stub.Execute(
+                request, timeout=self._deadlines.get(call.name, self._deadline)
+            )
         except grpc.aio.AioRpcError as exc:
             message = f"tool {call.name} could not run: {exc.code().name}: {exc.details()}"
             return ToolOutcome(observation=message, error=message)

@@ -15,6 +15,7 @@ from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import RunContext
 from services.executor.follower import CommandSource, LogCommand, RunReceiver, follow_commands
+from services.executor.llm_observer import RunRetryObserver
 from services.executor.policies.control import RunCancelled
 from services.executor.ports import EventSink, ToolHost, ToolSelector
 from services.executor.reporter import RunReporter
@@ -125,8 +126,9 @@ class RunManager:
                 follow_commands(self._commands, workflow_id, request.tenant_id, receiver)
             )
         started = time.monotonic()
+        context = RunContext(workflow_id, request.tenant_id)
         agent = ReActAgent(
-            self._llm,
+            self._llm.with_observer(RunRetryObserver(reporter, context.agent_id)),
             self._tools,
             reporter,
             self._agent_settings(request),
@@ -146,7 +148,7 @@ class RunManager:
             await reporter.workflow_started(
                 request.query, route.mode, request.session_id, route.estimated_complexity
             )
-            result = await agent.run(request.query, RunContext(workflow_id, request.tenant_id))
+            result = await agent.run(request.query, context)
             await reporter.workflow_completed(
                 result.answer,
                 int((time.monotonic() - started) * 1000),

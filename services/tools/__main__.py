@@ -2,33 +2,120 @@
 
 from __future__ import annotations
 
-import grpc
+from collections.abc import Sequence
+from pathlib import Path
 
-from services.tools.builtins import default_tools
+import grpc
+from sqlalchemy.engine import make_url
+
+from services.tools.approval_flow import ApprovalService
+from services.tools.approvals import ApprovalStore
+from services.tools.artifacts import ArtifactStore
+from services.tools.buckets import MemoryBuckets, RedisBuckets, TokenBuckets
+from services.tools.builtins import BuiltinConfig, default_tools
+from services.tools.builtins.python_exec import SandboxLimits
 from services.tools.catalog import ToolRegistry
+from services.tools.db import create_engine, create_schema
+from services.tools.event_log import GrpcWorkflowLog
 from services.tools.grpc_api import SERVICE_NAME, ToolServiceServicer
+from services.tools.hooks.config import HooksConfigError, build_chain, load_hooks_config
 from services.tools.host import ToolHost
-from shuttle.grpc_server import GrpcService
+from services.tools.netguard import AddressPolicy
+from services.tools.providers.loader import load_providers
+from services.tools.workspace import Workspaces
+from shuttle.grpc_client import open_channel
+from shuttle.grpc_server import Cleanup, GrpcService
 from shuttle.process import main
 from shuttle.settings import Settings
-from shuttle.v1 import tools_pb2_grpc
+from shuttle.v1 import events_pb2_grpc, tools_pb2_grpc
 
 
-def service_for(host: ToolHost) -> GrpcService:
+def service_for(
+    host: ToolHost, approvals: ApprovalService | None = None, on_stop: Sequence[Cleanup] = ()
+) -> GrpcService:
     """A GrpcService (with health and reflection) serving ToolService over `host`."""
-    servicer = ToolServiceServicer(host)
+    servicer = ToolServiceServicer(host, approvals)
 
     def register(server: grpc.aio.Server) -> None:
         tools_pb2_grpc.add_ToolServiceServicer_to_server(servicer, server)
 
-    return GrpcService(name="tools", service_names=[SERVICE_NAME], register=register)
+    return GrpcService(
+        name="tools", service_names=[SERVICE_NAME], register=register, on_stop=tuple(on_stop)
+    )
+
+
+def builtin_config(settings: Settings) -> BuiltinConfig:
+    return BuiltinConfig(
+        workspaces=Workspaces(settings.workspace_root, settings.tool_workspace_quota_bytes),
+        http_policy=AddressPolicy.from_list(settings.http_allow_hosts),
+        http_max_bytes=settings.http_max_response_bytes,
+        http_timeout_seconds=settings.tool_timeout_seconds,
+        python_exec=settings.python_exec_enabled,
+        python_limits=SandboxLimits(
+            cpu_seconds=max(1, int(settings.python_exec_timeout_seconds)),
+            memory_bytes=settings.python_exec_memory_mb * 1024 * 1024,
+            wall_seconds=settings.python_exec_timeout_seconds,
+        ),
+        python_interpreter=settings.python_exec_interpreter,
+    )
+
+
+def _buckets(settings: Settings) -> TokenBuckets:
+    if not settings.redis_url:
+        return MemoryBuckets()
+    import redis.asyncio
+
+    return RedisBuckets(redis.asyncio.from_url(settings.redis_url))
 
 
 async def build(settings: Settings) -> GrpcService:
-    """The tools service as configured: the built-in tools behind one ToolHost."""
-    registry = ToolRegistry(default_tools())
-    host = ToolHost(registry, default_timeout_seconds=settings.tool_timeout_seconds)
-    return service_for(host)
+    """The tools service as configured: built-ins and providers behind the hook chain."""
+    try:
+        hooks_config = load_hooks_config(settings.tool_hooks_file)
+    except HooksConfigError as exc:
+        raise SystemExit(f"shuttle tools: {exc}") from None
+    url = settings.sqlalchemy_url
+    database = make_url(url).database
+    if make_url(url).get_backend_name() == "sqlite" and database not in (None, "", ":memory:"):
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url)
+    await create_schema(engine)
+    events_channel = open_channel(settings.grpc_target("events"))
+    approvals = ApprovalService(
+        ApprovalStore(engine), GrpcWorkflowLog(events_pb2_grpc.EventServiceStub(events_channel))
+    )
+    buckets = _buckets(settings)
+    try:
+        chain = build_chain(
+            hooks_config,
+            engine=engine,
+            approvals=approvals,
+            buckets=buckets,
+            approval_timeout_seconds=settings.approval_timeout_seconds,
+            max_observation_chars=settings.tool_max_observation_chars,
+        )
+    except HooksConfigError as exc:
+        raise SystemExit(f"shuttle tools: {exc}") from None
+    config = builtin_config(settings)
+    registry = ToolRegistry(default_tools(config))
+    providers = await load_providers(settings, registry)
+    assert config.workspaces is not None
+    host = ToolHost(
+        registry,
+        default_timeout_seconds=settings.tool_timeout_seconds,
+        hooks=chain,
+        artifacts=ArtifactStore(config.workspaces),
+    )
+
+    async def close_buckets() -> None:
+        if isinstance(buckets, RedisBuckets):
+            await buckets.close()
+
+    return service_for(
+        host,
+        approvals,
+        on_stop=[providers.close, events_channel.close, close_buckets, engine.dispose],
+    )
 
 
 if __name__ == "__main__":

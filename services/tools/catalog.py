@@ -73,6 +73,10 @@ class ToolOutput:
 
     text: str
     artifacts: tuple[Artifact, ...] = ()
+    # text/html or text/markdown output is stored as an artifact rather than shown whole.
+    content_type: str = "text/plain"
+    # A file name for that artifact; derived from the tool and call when empty.
+    artifact_name: str = ""
 
 
 class Tool(Protocol):

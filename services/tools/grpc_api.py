@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import json
-from typing import Any, NoReturn
+from datetime import datetime
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
+from services.tools.approval_flow import ApprovalService
+from services.tools.approvals import (
+    OPERATOR_DECISIONS,
+    Approval,
+    ApprovalAlreadyDecidedError,
+    ApprovalNotFoundError,
+)
 from services.tools.catalog import ToolSpec
 from services.tools.host import ToolCallRequest, ToolCallResult, ToolHost
 from shuttle.grpc_server import Context
@@ -39,6 +47,7 @@ def request_from_proto(request: tools_pb2.ExecuteRequest) -> ToolCallRequest:
         workflow_id=request.workflow_id,
         tenant_id=request.tenant_id,
         agent_id=request.agent_id,
+        read_only=request.read_only,
     )
 
 
@@ -63,19 +72,43 @@ def result_to_proto(result: ToolCallResult) -> tools_pb2.ExecuteResponse:
     )
 
 
-async def _unimplemented(context: Any, method: str, what: str) -> NoReturn:
-    await context.abort(
-        grpc.StatusCode.UNIMPLEMENTED,
-        f"ToolService.{method} is not implemented yet: {what} are not available in this version",
+def _timestamp(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    stamp = Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+def approval_to_proto(approval: Approval) -> tools_pb2.Approval:
+    return tools_pb2.Approval(
+        approval_id=approval.approval_id,
+        workflow_id=approval.workflow_id,
+        tool_name=approval.tool_name,
+        arguments_json=approval.arguments_json,
+        status=approval.status,
+        decided_by=approval.decided_by,
+        comment=approval.comment,
+        requested_at=_timestamp(approval.requested_at),
+        decided_at=_timestamp(approval.decided_at),
     )
-    raise AssertionError("context.abort() returned")  # abort always raises
 
 
 class ToolServiceServicer(tools_pb2_grpc.ToolServiceServicer):
     """Thin grpc.aio servicer: tool failures travel in ExecuteResponse, not as RPC errors."""
 
-    def __init__(self, host: ToolHost) -> None:
+    def __init__(self, host: ToolHost, approvals: ApprovalService | None = None) -> None:
         self._host = host
+        self._approvals = approvals
+
+    async def _require_approvals(self, context: Context) -> ApprovalService:
+        if self._approvals is None:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "approvals are not available: this tools service has no database configured",
+            )
+            raise AssertionError("context.abort() returned")
+        return self._approvals
 
     async def ListTools(
         self, request: tools_pb2.ListToolsRequest, context: Context
@@ -103,9 +136,38 @@ class ToolServiceServicer(tools_pb2_grpc.ToolServiceServicer):
     async def DecideApproval(
         self, request: tools_pb2.DecideApprovalRequest, context: Context
     ) -> tools_pb2.Approval:
-        await _unimplemented(context, "DecideApproval", "human approvals")
+        approvals = await self._require_approvals(context)
+        if not request.approval_id.strip():
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "DecideApprovalRequest.approval_id is required"
+            )
+        if request.decision not in OPERATOR_DECISIONS:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"DecideApprovalRequest.decision must be 'approved' or 'denied', "
+                f"got {request.decision!r}",
+            )
+        try:
+            decided = await approvals.decide(
+                request.approval_id,
+                request.tenant_id,
+                request.decision,
+                decided_by=request.decided_by,
+                comment=request.comment,
+            )
+        except ApprovalNotFoundError as exc:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        except ApprovalAlreadyDecidedError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        return approval_to_proto(decided)
 
     async def ListApprovals(
         self, request: tools_pb2.ListApprovalsRequest, context: Context
     ) -> tools_pb2.ListApprovalsResponse:
-        await _unimplemented(context, "ListApprovals", "human approvals")
+        approvals = await self._require_approvals(context)
+        found = await approvals.store.list(
+            request.tenant_id,
+            workflow_id=request.workflow_id,
+            pending_only=request.pending_only,
+        )
+        return tools_pb2.ListApprovalsResponse(approvals=[approval_to_proto(a) for a in found])

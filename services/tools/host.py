@@ -12,14 +12,19 @@ import json
 import logging
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
+from services.tools.artifacts import ArtifactStore, is_artifact
 from services.tools.catalog import Artifact, Tool, ToolError, ToolOutput, ToolRegistry, ToolSpec
+from services.tools.context import CallInfo, reset_current_call, set_current_call
+from services.tools.hooks.approval import ApprovalGate
+from services.tools.hooks.base import CallRecord, HookContext
+from services.tools.hooks.chain import HookChain
 from services.tools.output import DEFAULT_MAX_OUTPUT_CHARS, truncate
 
 log = logging.getLogger(__name__)
@@ -40,6 +45,8 @@ class ToolCallRequest:
     workflow_id: str = ""
     tenant_id: str = ""
     agent_id: str = ""
+    # The workflow runs in read-only mode: only read_only tools may run.
+    read_only: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +71,12 @@ class ToolCallResult:
 @dataclass(frozen=True)
 class _Failure:
     message: str
+
+
+@dataclass(frozen=True)
+class _Blocked:
+    hook: str
+    reason: str
 
 
 def _clip(text: str, limit: int = _MAX_DETAIL_CHARS) -> str:
@@ -94,6 +107,8 @@ class ToolHost:
         *,
         default_timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        hooks: HookChain | None = None,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         if not default_timeout_seconds > 0:
             raise ValueError("default_timeout_seconds must be > 0")
@@ -103,6 +118,8 @@ class ToolHost:
         self._default_timeout = default_timeout_seconds
         self._max_output_chars = max_output_chars
         self._validators: dict[str, Validator] = {}
+        self._hooks = hooks or HookChain()
+        self._artifacts = artifacts
 
     @property
     def registry(self) -> ToolRegistry:
@@ -116,65 +133,128 @@ class ToolHost:
         names: Collection[str] = (),
         read_only_only: bool = False,
     ) -> list[ToolSpec]:
-        """The catalog, filtered. `tenant_id` is accepted for per-tenant catalogs (not yet)."""
-        del tenant_id  # every tenant sees the same built-ins in this version
-        return self._registry.list(category=category, names=names, read_only_only=read_only_only)
+        """The catalog, filtered; `requires_approval` is set where the tenant's gates apply."""
+        specs = self._registry.list(category=category, names=names, read_only_only=read_only_only)
+        return [
+            replace(spec, requires_approval=True)
+            if self.requires_approval(spec, tenant_id)
+            else spec
+            for spec in specs
+        ]
+
+    def requires_approval(self, spec: ToolSpec, tenant_id: str) -> bool:
+        return any(
+            isinstance(hook, ApprovalGate) and hook.gates(spec, tenant_id)
+            for hook in self._hooks.hooks
+        )
 
     def timeout_for(self, spec: ToolSpec) -> float:
         """The timeout a call to this tool gets: its own, else the host default."""
         return spec.timeout_seconds or self._default_timeout
 
     async def execute(self, call: ToolCallRequest) -> ToolCallResult:
-        """Run one tool call; never raises for anything the tool or its arguments do."""
+        """Run one tool call through its hooks; never raises for anything a tool does."""
         started = time.perf_counter()
-        outcome = await self._resolve_and_run(call)
-        artifacts: tuple[Artifact, ...] = ()
-        if isinstance(outcome, _Failure):
-            text, error = f"Error: {outcome.message}", outcome.message
+        tool = self._registry.get(call.tool_name)
+        if tool is None:
+            return self._finish(call, self._unknown_tool(call.tool_name), started)
+        args = self._parse_arguments(tool.spec, call.arguments_json)
+        if isinstance(args, _Failure):
+            return self._finish(call, args, started)
+        problem = self._validate(tool.spec, args)
+        if problem is not None:
+            return self._finish(call, problem, started)
+        ctx = HookContext(
+            tool=tool.spec,
+            arguments=args,
+            call_id=call.call_id,
+            workflow_id=call.workflow_id,
+            tenant_id=call.tenant_id,
+            agent_id=call.agent_id,
+            read_only=call.read_only,
+        )
+        pre = await self._hooks.run_pre(ctx)
+        outcome: ToolOutput | _Failure | _Blocked
+        if not pre.allowed:
+            outcome = _Blocked(pre.blocked_by, pre.reason)
         else:
-            text, artifacts, error = outcome.text, outcome.artifacts, ""
-        observation, truncated = truncate(text, self._max_output_chars)
-        if error:
-            error, _ = truncate(error, self._max_output_chars)
+            ctx = ctx.with_arguments(pre.arguments)
+            rewritten_problem = self._validate(tool.spec, pre.arguments) if pre.rewritten else None
+            if rewritten_problem is not None:
+                outcome = _Failure(
+                    f"a policy rewrote the arguments badly: {rewritten_problem.message}"
+                )
+            else:
+                outcome = await self._run_tool(tool, pre.arguments, call)
+        record = await self._hooks.run_post(ctx, self._record(outcome, started))
+        return self._result(call, record)
+
+    def _record(self, outcome: ToolOutput | _Failure | _Blocked, started: float) -> CallRecord:
         duration_ms = int((time.perf_counter() - started) * 1000)
+        if isinstance(outcome, _Blocked):
+            return CallRecord(
+                observation=f"Blocked: {outcome.reason}",
+                blocked=True,
+                blocked_by=outcome.hook,
+                block_reason=outcome.reason,
+                duration_ms=duration_ms,
+            )
+        if isinstance(outcome, _Failure):
+            text = f"Error: {outcome.message}"
+            return CallRecord(
+                observation=text, full_output=text, error=outcome.message, duration_ms=duration_ms
+            )
+        return CallRecord(
+            observation=outcome.text,
+            full_output=outcome.text,
+            artifacts=outcome.artifacts,
+            duration_ms=duration_ms,
+        )
+
+    def _finish(self, call: ToolCallRequest, failure: _Failure, started: float) -> ToolCallResult:
+        """A call that never reached its hooks (unknown tool, malformed arguments)."""
+        return self._result(call, self._record(failure, started))
+
+    def _result(self, call: ToolCallRequest, record: CallRecord) -> ToolCallResult:
+        # The hooks have shaped the observation; this cap only bounds what goes on the wire.
+        observation, cut = truncate(record.observation, self._max_output_chars)
+        error = truncate(record.error, self._max_output_chars)[0] if record.error else ""
         log.debug(
             "tool call finished",
             extra={
                 "tool_name": call.tool_name,
                 "call_id": call.call_id,
                 "workflow_id": call.workflow_id,
-                "ok": not error,
-                "duration_ms": duration_ms,
+                "outcome": record.outcome,
+                "duration_ms": record.duration_ms,
             },
         )
         return ToolCallResult(
             call_id=call.call_id,
             observation=observation,
             error=error,
-            truncated=truncated,
-            artifacts=artifacts,
-            duration_ms=duration_ms,
+            blocked=record.blocked,
+            block_reason=record.block_reason,
+            truncated=record.truncated or cut,
+            artifacts=record.artifacts,
+            duration_ms=record.duration_ms,
         )
-
-    async def _resolve_and_run(self, call: ToolCallRequest) -> ToolOutput | _Failure:
-        tool = self._registry.get(call.tool_name)
-        if tool is None:
-            return self._unknown_tool(call.tool_name)
-        args = self._parse_arguments(tool.spec, call.arguments_json)
-        if isinstance(args, _Failure):
-            return args
-        problem = self._validate(tool.spec, args)
-        if problem is not None:
-            return problem
-        return await self._run_tool(tool, args, call)
 
     async def _run_tool(
         self, tool: Tool, args: dict[str, Any], call: ToolCallRequest
     ) -> ToolOutput | _Failure:
-        """The one place a tool runs; PreToolUse/PostToolUse hooks will wrap this call."""
+        """The one place a tool runs, between the PreToolUse and PostToolUse hooks."""
         name = tool.spec.name
         timeout = self.timeout_for(tool.spec)
         deadline = asyncio.timeout(timeout)
+        info = CallInfo(
+            tool_name=name,
+            call_id=call.call_id,
+            workflow_id=call.workflow_id,
+            tenant_id=call.tenant_id,
+            agent_id=call.agent_id,
+        )
+        token = set_current_call(info)
         try:
             async with deadline:
                 output = await tool.run(args)
@@ -194,9 +274,16 @@ class ToolHost:
             )
         except Exception as exc:
             return self._crashed(name, exc, call)
+        finally:
+            reset_current_call(token)
         # Tools may be plugins that ignore the type hints; a wrong return must not escape.
         if not isinstance(output, ToolOutput) or not isinstance(output.text, str):
             return _Failure(f"tool {name!r} returned {type(output).__name__}, not ToolOutput text")
+        if self._artifacts is not None and is_artifact(output):
+            try:
+                return self._artifacts.save(info, output)
+            except (OSError, ToolError) as exc:
+                log.error("could not store an artifact", exc_info=exc, extra={"tool_name": name})
         return output
 
     def _crashed(self, name: str, exc: BaseException, call: ToolCallRequest) -> _Failure:

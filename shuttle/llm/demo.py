@@ -10,7 +10,18 @@ import json
 import re
 from collections.abc import AsyncIterator, Sequence
 
-from shuttle.llm.protocol import ChatResult, Message, TokenUsage, ToolCallRequest, ToolSchema
+from shuttle.llm.protocol import (
+    Abilities,
+    ChatResult,
+    Message,
+    ResponseFormat,
+    RetryObserver,
+    TokenUsage,
+    ToolCallRequest,
+    ToolChoice,
+    ToolSchema,
+)
+from shuttle.llm.tokens import estimate_tokens
 
 DEMO_MODEL_NAME = "shuttle-demo"
 DEMO_LABEL = "[demo model]"
@@ -38,7 +49,7 @@ def find_expression(text: str) -> str | None:
 
 
 def _estimate_tokens(text: str) -> int:
-    return max(1, len(text) // 4)
+    return max(1, estimate_tokens(text))
 
 
 class DemoModel:
@@ -47,9 +58,18 @@ class DemoModel:
     model = DEMO_MODEL_NAME
     provider = "demo"
     supports_tools = True
+    abilities = Abilities(tool_call=True, tool_choice=False, json_mode=False, streaming=True)
+
+    def with_observer(self, observer: RetryObserver | None) -> DemoModel:
+        return self  # nothing to retry: no network
 
     async def chat(
-        self, messages: Sequence[Message], tools: Sequence[ToolSchema] = ()
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema] = (),
+        *,
+        tool_choice: ToolChoice | None = None,
+        response_format: ResponseFormat | None = None,
     ) -> ChatResult:
         prompt_tokens = sum(_estimate_tokens(str(m.get("content") or "")) for m in messages)
         last = messages[-1] if messages else {}
@@ -68,7 +88,9 @@ class DemoModel:
             return self._result("", prompt_tokens, (call,), "tool_calls")
         return self._result(CANNOT_HELP, prompt_tokens)
 
-    def stream_chat(self, messages: Sequence[Message]) -> DemoChatStream:
+    def stream_chat(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema] = ()
+    ) -> DemoChatStream:
         return DemoChatStream(_synthesize(_last_user_text(messages)))
 
     def _result(

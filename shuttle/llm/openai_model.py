@@ -1,30 +1,90 @@
-"""An OpenAI-compatible endpoint through the official `openai` client."""
+"""An OpenAI-compatible endpoint through the official `openai` client.
+
+Bodies are built by `shuttle.llm.wire` and sent with the client's `post` (flat per-call
+overhead); retries are ours (`shuttle.llm.retry`) so that each one is visible to the run.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from shuttle.llm.protocol import (
+    Abilities,
     ChatResult,
+    ContextOverflowError,
     LLMError,
     Message,
+    ResponseFormat,
+    RetryObserver,
     TokenUsage,
     ToolCallRequest,
+    ToolChoice,
     ToolSchema,
+)
+from shuttle.llm.registry import Prices
+from shuttle.llm.retry import Retrier, RetryPolicy
+from shuttle.llm.tokens import estimate_message_tokens, estimate_tokens
+from shuttle.llm.wire import (
+    JSON_HEADERS,
+    ChatRequest,
+    ToolCallAccumulator,
+    reasoning_of,
+    usage_of,
+)
+
+T = TypeVar("T")
+
+DEFAULT_ABILITIES = Abilities(tool_call=True, tool_choice=True, json_mode=True, streaming=True)
+"""What an endpoint named only by OPENAI_BASE_URL is assumed to support."""
+
+# How providers word "the prompt is too long" (OpenAI, vLLM, llama.cpp, Ollama, Anthropic-compat).
+_OVERFLOW = re.compile(
+    r"context[_ ]length[_ ]exceeded|maximum context length|context window|"
+    r"prompt is too long|too many tokens|exceeds? the (?:model's )?(?:max|context)",
+    re.IGNORECASE,
 )
 
 
+def is_context_overflow(exc: BaseException) -> bool:
+    if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (400, 413, 422):
+        return False
+    code = getattr(exc, "code", None)
+    return code == "context_length_exceeded" or bool(_OVERFLOW.search(str(exc)))
+
+
+@dataclass
+class _Endpoint:
+    """State shared by every view of one model: the client and the resolved model name."""
+
+    client: openai.AsyncOpenAI
+    model: str
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    name: str = ""
+    """The registry name (what `model_hint` refers to); empty means the wire model."""
+    abilities: Abilities = DEFAULT_ABILITIES
+    prices: Prices = field(default_factory=Prices)
+    context_size: int = 128_000
+    max_output_tokens: int | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout_seconds: float = 120.0
+
+
 class OpenAIModel:
-    """Chat and streamed chat against one endpoint; 429/5xx/connection errors are retried by the
-    client itself (`max_retries`, exponential backoff honouring Retry-After)."""
+    """Chat and streamed chat against one OpenAI-compatible endpoint."""
 
     provider = "openai"
-    supports_tools = True
 
     def __init__(
         self,
@@ -33,53 +93,75 @@ class OpenAIModel:
         model: str = "",
         timeout_seconds: float = 120.0,
         max_retries: int = 2,
+        *,
+        options: ModelOptions | None = None,
+        retry_base_seconds: float | None = None,
+        http_client: openai.DefaultAsyncHttpxClient | None = None,
     ) -> None:
-        self._client = openai.AsyncOpenAI(
+        opts = options or ModelOptions()
+        policy = replace(opts.retry, max_retries=max_retries)
+        if retry_base_seconds is not None:
+            policy = replace(policy, base_delay_seconds=retry_base_seconds)
+        self._options = replace(opts, retry=policy, timeout_seconds=timeout_seconds)
+        client = openai.AsyncOpenAI(
             base_url=base_url or None,
             # Local servers (vLLM, Ollama, llama.cpp) take any key; the client insists on one.
             api_key=api_key or "not-needed",
             timeout=timeout_seconds,
-            max_retries=max_retries,
+            max_retries=0,  # we retry ourselves, visibly (shuttle.llm.retry)
+            http_client=http_client,
         )
-        self._model = model
-        self._model_lock = asyncio.Lock()
+        self._endpoint = _Endpoint(client, model)
+        self._observer: RetryObserver | None = None
+
+    # -- the LLM port ------------------------------------------------------------------------
 
     @property
     def model(self) -> str:
-        return self._model
+        return self._endpoint.model
 
-    async def _resolved_model(self) -> str:
-        """The configured model, else the first one the endpoint lists (its default)."""
-        if self._model:
-            return self._model
-        async with self._model_lock:
-            if not self._model:
-                try:
-                    page = await self._client.models.list()
-                except openai.OpenAIError as exc:
-                    raise LLMError(
-                        f"no model configured and the endpoint did not list any ({exc}); "
-                        "set SHUTTLE_MODEL"
-                    ) from exc
-                if not page.data:
-                    raise LLMError("the endpoint lists no models; set SHUTTLE_MODEL")
-                self._model = page.data[0].id
-        return self._model
+    @property
+    def name(self) -> str:
+        return self._options.name or self._endpoint.model
+
+    @property
+    def supports_tools(self) -> bool:
+        return self._options.abilities.tool_call
+
+    @property
+    def abilities(self) -> Abilities:
+        return self._options.abilities
+
+    @property
+    def options(self) -> ModelOptions:
+        return self._options
+
+    def with_observer(self, observer: RetryObserver | None) -> OpenAIModel:
+        view = object.__new__(OpenAIModel)
+        view.__dict__.update(self.__dict__)
+        view._observer = observer
+        return view
 
     async def chat(
-        self, messages: Sequence[Message], tools: Sequence[ToolSchema] = ()
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema] = (),
+        *,
+        tool_choice: ToolChoice | None = None,
+        response_format: ResponseFormat | None = None,
     ) -> ChatResult:
         model = await self._resolved_model()
-        extra: dict[str, Any] = {"tools": list(tools)} if tools else {}
+        body = self._request(model, messages, tools, tool_choice, response_format).body()
         started = time.monotonic()
-        # Our messages are plain OpenAI-format dicts; the SDK's TypedDict union adds nothing.
-        wire_messages: Any = list(messages)
-        try:
-            response = await self._client.chat.completions.create(
-                model=model, messages=wire_messages, **extra
-            )
-        except openai.OpenAIError as exc:
-            raise LLMError(f"{model}: {exc}") from exc
+        response = await self._call(
+            model,
+            lambda: self._endpoint.client.post(
+                "/chat/completions",
+                cast_to=ChatCompletion,
+                content=body,
+                options={"headers": JSON_HEADERS},
+            ),
+        )
         if not response.choices:
             raise LLMError(f"{model}: the response has no choices")
         choice = response.choices[0]
@@ -89,42 +171,113 @@ class OpenAIModel:
             for call in (message.tool_calls or [])
             if call.type == "function"
         )
+        content = message.content or ""
+        usage = (
+            usage_of(response.usage)
+            if response.usage is not None
+            else _estimated_usage(messages, content + "".join(c.arguments for c in calls))
+        )
         return ChatResult(
-            content=message.content or "",
+            content=content,
             tool_calls=calls,
-            reasoning_content=str(getattr(message, "reasoning_content", None) or ""),
+            reasoning_content=reasoning_of(message),
             finish_reason=choice.finish_reason or "",
-            usage=_usage(response.usage),
+            usage=self._priced(usage),
             model=response.model or model,
             provider=self.provider,
             duration_ms=int((time.monotonic() - started) * 1000),
         )
 
-    def stream_chat(self, messages: Sequence[Message]) -> OpenAIChatStream:
-        return OpenAIChatStream(self, list(messages))
-
-    async def _open_stream(self, messages: list[Message]) -> tuple[str, Any]:
-        model = await self._resolved_model()
-        wire_messages: Any = messages
-        try:
-            stream = await self._client.chat.completions.create(
-                model=model,
-                messages=wire_messages,
-                stream=True,
-                stream_options={"include_usage": True},
-            )
-        except openai.OpenAIError as exc:
-            raise LLMError(f"{model}: {exc}") from exc
-        return model, stream
+    def stream_chat(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema] = ()
+    ) -> OpenAIChatStream:
+        return OpenAIChatStream(self, list(messages), list(tools))
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._endpoint.client.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _request(
+        self,
+        model: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema],
+        tool_choice: ToolChoice | None = None,
+        response_format: ResponseFormat | None = None,
+        stream: bool = False,
+    ) -> ChatRequest:
+        return ChatRequest(
+            model=model,
+            messages=messages,
+            tools=tools,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            max_tokens=self._options.max_output_tokens,
+            stream=stream,
+        )
+
+    def _priced(self, usage: TokenUsage) -> TokenUsage:
+        return replace(usage, cost_usd=self._options.prices.cost(usage))
+
+    async def _call(self, model: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        retrier = Retrier(self._options.retry, self._observer, model)
+        try:
+            return await retrier.call(attempt)
+        except openai.OpenAIError as exc:
+            if is_context_overflow(exc):
+                raise ContextOverflowError(f"{model}: context window exceeded: {exc}") from exc
+            raise LLMError(f"{model}: {exc}") from exc
+
+    async def _resolved_model(self) -> str:
+        """The configured model, else the first one the endpoint lists (its default)."""
+        endpoint = self._endpoint
+        if endpoint.model:
+            return endpoint.model
+        async with endpoint.lock:
+            if not endpoint.model:
+                try:
+                    page = await endpoint.client.models.list()
+                except openai.OpenAIError as exc:
+                    raise LLMError(
+                        f"no model configured and the endpoint did not list any ({exc}); "
+                        "set SHUTTLE_MODEL"
+                    ) from exc
+                if not page.data:
+                    raise LLMError("the endpoint lists no models; set SHUTTLE_MODEL")
+                endpoint.model = page.data[0].id
+        return endpoint.model
+
+    async def _open_stream(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema]
+    ) -> tuple[str, openai.AsyncStream[ChatCompletionChunk]]:
+        model = await self._resolved_model()
+        body = self._request(model, messages, tools, stream=True).body()
+        stream = await self._call(
+            model,
+            lambda: self._endpoint.client.post(
+                "/chat/completions",
+                cast_to=ChatCompletionChunk,
+                content=body,
+                options={"headers": JSON_HEADERS},
+                stream=True,
+                stream_cls=openai.AsyncStream[ChatCompletionChunk],
+            ),
+        )
+        return model, stream
 
 
 class OpenAIChatStream:
-    def __init__(self, llm: OpenAIModel, messages: list[Message]) -> None:
+    """Yields answer text as it arrives; tool calls, reasoning and usage land in `result`.
+
+    Only opening the stream is retried: once text has been handed out, a broken stream is
+    an error rather than a silent restart that would repeat it.
+    """
+
+    def __init__(self, llm: OpenAIModel, messages: list[Message], tools: list[ToolSchema]) -> None:
         self._llm = llm
         self._messages = messages
+        self._tools = tools
         self._result: ChatResult | None = None
 
     @property
@@ -134,42 +287,56 @@ class OpenAIChatStream:
         return self._result
 
     async def __aiter__(self) -> AsyncIterator[str]:
+        if not self._llm.abilities.streaming:
+            # The endpoint cannot stream: one ordinary call, handed out as a single delta.
+            self._result = await self._llm.chat(self._messages, self._tools)
+            if self._result.content:
+                yield self._result.content
+            return
         started = time.monotonic()
-        model, stream = await self._llm._open_stream(self._messages)
+        model, stream = await self._llm._open_stream(self._messages, self._tools)
         parts: list[str] = []
+        reasoning: list[str] = []
+        calls = ToolCallAccumulator()
         finish_reason = ""
-        usage = TokenUsage()
+        usage: TokenUsage | None = None
         try:
             async for chunk in stream:
                 if chunk.usage is not None:
-                    usage = _usage(chunk.usage)
+                    usage = usage_of(chunk.usage)
                 if chunk.model:
                     model = chunk.model
                 for choice in chunk.choices:
                     finish_reason = choice.finish_reason or finish_reason
-                    text = choice.delta.content if choice.delta else None
-                    if text:
-                        parts.append(text)
-                        yield text
+                    delta = choice.delta
+                    if delta is None:
+                        continue
+                    for call_delta in delta.tool_calls or ():
+                        calls.add(call_delta)
+                    thought = reasoning_of(delta)
+                    if thought:
+                        reasoning.append(thought)
+                    if delta.content:
+                        parts.append(delta.content)
+                        yield delta.content
         except openai.OpenAIError as exc:
             raise LLMError(f"{model}: stream broke off: {exc}") from exc
+        content = "".join(parts)
+        tool_calls = calls.calls()
+        if usage is None:
+            usage = _estimated_usage(self._messages, content)
         self._result = ChatResult(
-            content="".join(parts),
+            content=content,
+            tool_calls=tool_calls,
+            reasoning_content="".join(reasoning),
             finish_reason=finish_reason,
-            usage=usage,
+            usage=self._llm._priced(usage),
             model=model,
             provider=self._llm.provider,
             duration_ms=int((time.monotonic() - started) * 1000),
         )
 
 
-def _usage(raw: Any) -> TokenUsage:
-    if raw is None:
-        return TokenUsage()
-    details = getattr(raw, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", 0) or 0
-    return TokenUsage(
-        input_tokens=raw.prompt_tokens or 0,
-        output_tokens=raw.completion_tokens or 0,
-        cached_tokens=cached,
-    )
+def _estimated_usage(messages: Sequence[dict[str, Any]], output: str) -> TokenUsage:
+    """For providers that report no usage: our own estimate, so budgets still move."""
+    return TokenUsage(estimate_message_tokens(messages), estimate_tokens(output))

@@ -4,13 +4,33 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 Message = dict[str, Any]
 """An OpenAI-format chat message (role, content, tool_calls, tool_call_id …)."""
 
 ToolSchema = dict[str, Any]
 """An OpenAI-format tool definition: {"type": "function", "function": {...}}."""
+
+ToolChoice = Literal["auto", "none", "required"] | dict[str, Any]
+"""OpenAI `tool_choice`: a mode, or {"type": "function", "function": {"name": ...}}."""
+
+ResponseFormat = dict[str, Any]
+"""OpenAI `response_format`, e.g. {"type": "json_object"}."""
+
+Role = Literal["general", "fast", "reasoning", "compact"]
+ROLES: tuple[Role, ...] = ("general", "fast", "reasoning", "compact")
+
+
+@dataclass(frozen=True)
+class Abilities:
+    """What an endpoint can do; callers pick the best path it supports."""
+
+    tool_call: bool = True
+    tool_choice: bool = True
+    json_mode: bool = False
+    streaming: bool = True
+    thinking: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,6 +80,42 @@ class ChatResult:
     duration_ms: int = 0
 
 
+@dataclass(frozen=True)
+class RetryNotice:
+    """A failed attempt that will be tried again after `delay_seconds`."""
+
+    model: str
+    retry_count: int
+    """1 for the first retry."""
+    max_retries: int
+    error_type: str
+    """RATE_LIMIT for 429, LLM_ERROR for 5xx, timeouts and connection errors."""
+    message: str
+    delay_seconds: float
+    retry_after: float | None
+    """What the provider asked for (Retry-After / retry-after-ms), if anything."""
+
+
+@dataclass(frozen=True)
+class RecoveryNotice:
+    """How a retried attempt ended."""
+
+    model: str
+    attempt: int
+    """The attempt number, 2 for the first retry."""
+    max_attempts: int
+    error_type: str
+    success: bool
+
+
+class RetryObserver(Protocol):
+    """Told about every retry, so a run can show it (ERROR_OCCURRED, ERROR_RECOVERY)."""
+
+    async def on_retry(self, notice: RetryNotice) -> None: ...
+
+    async def on_recovery(self, notice: RecoveryNotice) -> None: ...
+
+
 class ChatStream(Protocol):
     """Async iterator of answer text deltas; `result` holds the whole call once exhausted."""
 
@@ -81,12 +137,30 @@ class LLM(Protocol):
     @property
     def supports_tools(self) -> bool: ...
 
+    @property
+    def abilities(self) -> Abilities: ...
+
     async def chat(
-        self, messages: Sequence[Message], tools: Sequence[ToolSchema] = ()
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema] = (),
+        *,
+        tool_choice: ToolChoice | None = None,
+        response_format: ResponseFormat | None = None,
     ) -> ChatResult: ...
 
-    def stream_chat(self, messages: Sequence[Message]) -> ChatStream: ...
+    def stream_chat(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema] = ()
+    ) -> ChatStream: ...
+
+    def with_observer(self, observer: RetryObserver | None) -> LLM:
+        """The same model, reporting its retries to `observer` (one view per run)."""
+        ...
 
 
 class LLMError(Exception):
-    """A model call failed for good (after the client's own retries)."""
+    """A model call failed for good (after our own retries)."""
+
+
+class ContextOverflowError(LLMError):
+    """The request does not fit the model's context window; retrying cannot help."""

@@ -17,6 +17,7 @@ from services.executor.grpc_api import ExecutorServicer
 from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
 from services.executor.grpc_log import GrpcCommandSource
 from services.executor.grpc_planner import GrpcToolSelector
+from services.executor.ports import ToolSelector
 from services.executor.runs import RunManager, RunRequest
 from services.planner.__main__ import build as build_planner
 from services.tools.__main__ import build as build_tools
@@ -63,7 +64,9 @@ class Backends:
     channels: list[grpc.aio.Channel]
     executors: list[GrpcService] = field(default_factory=list)
 
-    def run_manager(self, llm: LLM, **overrides: Any) -> RunManager:
+    def run_manager(
+        self, llm: LLM, selector: ToolSelector | None = None, **overrides: Any
+    ) -> RunManager:
         settings = replace(agent_defaults(), tool_timeout_seconds=10, **overrides)
         return RunManager(
             registry=GrpcWorkflowRegistry(self.events),
@@ -72,7 +75,7 @@ class Backends:
             llm=llm,
             settings=settings,
             commands=GrpcCommandSource(self.events),
-            selector=GrpcToolSelector(self.planner),
+            selector=selector or GrpcToolSelector(self.planner),
         )
 
     async def serve(

@@ -14,6 +14,7 @@ from services.executor.runs import RunManager
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import common_pb2, executor_pb2, executor_pb2_grpc
 from tests.executor.conftest import TENANT, Backends, agent_defaults, first, of_type
+from tests.executor.test_engine_modes import window_for
 from tests.support.agent_model import AgentModel, Step, answer, calc
 from tests.support.scripted_openai import ScriptedOpenAI
 
@@ -141,13 +142,14 @@ async def test_an_interrupt_is_pinned_through_compaction(
     backends: Backends, server: ScriptedOpenAI
 ) -> None:
     def build(interrupter: Interrupter) -> AgentModel:
-        steps = [calc(f"7**{1000 - i}") for i in range(5)]
+        steps = [calc(f"7**{1000 - i}") for i in range(6)]
         steps[0].during = interrupter.send("Keep the last digit of each.")
         return AgentModel(*steps, answer("Done."))
 
     llm = OpenAIModel(server.base_url, "test-key", "scripted-model", 10.0, 0)
+    window = await window_for(backends, "native", "Powers", room=900)
     runs = backends.run_manager(
-        llm, completion_check=False, context_tokens=1_400, compact_keep_recent=2
+        llm, completion_check=False, context_tokens=window, compact_keep_recent=2
     )
     stub, port = await backends.serve(runs)
     interrupter = Interrupter(port)

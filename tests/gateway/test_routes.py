@@ -17,10 +17,27 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    stack = start_stack(Path(tmp_path_factory.mktemp("gateway")))
-    yield stack.gateway
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    data_dir = Path(tmp_path_factory.mktemp("gateway"))
+    stack = start_stack(data_dir)
+    yield stack.gateway, data_dir
     stack.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(running: tuple[str, Path]) -> str:
+    return running[0]
+
+
+def test_auth_off_on_loopback_uses_the_default_tenant_and_says_so(
+    running: tuple[str, Path],
+) -> None:
+    url, data_dir = running
+    log = (data_dir / "logs" / "gateway.log").read_text()
+    assert "authentication is off (loopback only): every caller is tenant 'default'" in log
+    assert "stream tickets are signed with a key generated for this process" in log
+    assert httpx.get(f"{url}/api/v1/tasks").status_code == 200
+    assert httpx.get(f"{url}/api/v1/config").json()["auth"] == "off"
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +116,8 @@ def test_unknown_mode_and_unbuilt_mode(gateway: str) -> None:
 def test_operations_endpoints(gateway: str) -> None:
     assert httpx.get(f"{gateway}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{gateway}/readyz").json()
-    assert ready == {"status": "ready", "backends": {"executor": "SERVING", "events": "SERVING"}}
+    backends = dict.fromkeys(("executor", "events", "tools", "planner"), "SERVING")
+    assert ready == {"status": "ready", "backends": backends}
     assert "/api/v1/tasks" in httpx.get(f"{gateway}/openapi.json").json()["paths"]
     nowhere = httpx.get(f"{gateway}/api/v1/nowhere")
     assert nowhere.status_code == 404

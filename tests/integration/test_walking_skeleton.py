@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from shuttle.launcher import LaunchError, Supervisor
-from shuttle.v1 import planner_pb2, planner_pb2_grpc
+from shuttle.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from tests.support.models import arithmetic_model
 from tests.support.scripted_openai import ScriptedOpenAI
 from tests.support.sse import Frame, read_stream
@@ -190,14 +190,16 @@ def test_every_grpc_port_answers_health_and_reflection(running: Stack) -> None:
             assert "grpc.health.v1.Health" in names
 
 
-def test_unbuilt_rpcs_say_so(running: Stack) -> None:
+def test_the_planner_process_routes_and_rejects_bad_input(running: Stack) -> None:
     target = f"127.0.0.1:{running.grpc_ports['planner']}"
-    with grpc.insecure_channel(target) as channel, pytest.raises(grpc.RpcError) as failure:
-        planner_pb2_grpc.PlannerServiceStub(channel).Route(
-            planner_pb2.RouteRequest(query="x"), timeout=5
-        )
-    assert failure.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "not implemented yet" in (failure.value.details() or "")
+    with grpc.insecure_channel(target) as channel:
+        planner = planner_pb2_grpc.PlannerServiceStub(channel)
+        decision = planner.Route(planner_pb2.RouteRequest(query="hello"), timeout=5)
+        assert decision.mode == common_pb2.MODE_SIMPLE and decision.fast_path
+        with pytest.raises(grpc.RpcError) as failure:
+            planner.Route(planner_pb2.RouteRequest(query=" "), timeout=5)
+    assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "query must not be empty" in (failure.value.details() or "")
 
 
 def test_the_demo_model_answers_arithmetic_offline(tmp_path: Path) -> None:

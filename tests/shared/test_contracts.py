@@ -84,7 +84,7 @@ def test_the_protos_compile_with_only_the_proto_include_path(tmp_path: Path) -> 
     """Other languages compile with `-I proto`; imports must resolve from there alone."""
     well_known = Path(grpc_tools.__file__).parent / "_proto"
     protos = sorted(str(p.relative_to(ROOT / "proto")) for p in (ROOT / "proto").rglob("*.proto"))
-    assert len(protos) == 5
+    assert len(protos) == 6
     result = subprocess.run(
         [
             sys.executable,

@@ -83,15 +83,15 @@ class AgentModel:
     @staticmethod
     def reply(step: Step, number: int, native: bool) -> Reply:
         if step.raw is not None:
-            return Reply(content=step.raw, reasoning_content=step.reasoning_content)
+            return Reply(content=step.raw, reasoning=step.reasoning_content)
         if step.answer is not None:
             if native:
-                return Reply(content=step.answer, reasoning_content=step.reasoning_content)
+                return Reply(content=step.answer, reasoning=step.reasoning_content)
             final = {"type": "final_answer", "reasoning": "", "answer": step.answer}
-            return Reply(content=json.dumps(final), reasoning_content=step.reasoning_content)
+            return Reply(content=json.dumps(final), reasoning=step.reasoning_content)
         if native:
             calls = [(f"call_{number}_{i}", n, a) for i, (n, a) in enumerate(step.calls)]
-            return Reply(tool_calls=calls, reasoning_content=step.reasoning_content)
+            return Reply(tool_calls=calls, reasoning=step.reasoning_content)
         ((name, args),) = step.calls  # JSON mode: one tool per reply
         action: dict[str, Any] = {
             "type": "tool_call",
@@ -99,7 +99,7 @@ class AgentModel:
             "tool_name": name,
             "tool_args": args,
         }
-        return Reply(content=json.dumps(action), reasoning_content=step.reasoning_content)
+        return Reply(content=json.dumps(action), reasoning=step.reasoning_content)
 
     def saw(self, n: int) -> list[dict[str, Any]]:
         """The messages of the Nth loop call (1-based)."""

@@ -33,8 +33,17 @@ class Reply:
     status: int = 200
     chunks: list[str] | None = None
     """For streamed calls: how the content is split into deltas (default: by word)."""
-    reasoning_content: str = ""
-    """A thinking model's separate reasoning field (DeepSeek-style), when set."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Extra response headers, e.g. Retry-After on a 429."""
+    delay: float = 0.0
+    """Seconds to wait before answering (to exercise client timeouts)."""
+    reasoning: str = ""
+    """`reasoning_content`, as thinking models return it."""
+    reuse_index_zero: bool = False
+    """Streamed tool calls all carry index 0, as some providers send them."""
+    usage: dict[str, Any] | None = None
+    """Overrides the usage object of the reply."""
+    error_code: str | None = None
 
 
 def text(content: str, chunks: list[str] | None = None) -> Reply:
@@ -45,8 +54,13 @@ def tool_call(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> 
     return Reply(tool_calls=[(call_id, name, arguments)])
 
 
-def error(status: int, message: str = "scripted failure") -> Reply:
-    return Reply(content=message, status=status)
+def error(
+    status: int,
+    message: str = "scripted failure",
+    headers: dict[str, str] | None = None,
+    code: str | None = None,
+) -> Reply:
+    return Reply(content=message, status=status, headers=headers or {}, error_code=code)
 
 
 Handler = Callable[[dict[str, Any]], Reply]
@@ -93,17 +107,23 @@ class ScriptedOpenAI:
         reply = self._next_reply(body)
         if self.latency_seconds:
             await asyncio.sleep(self.latency_seconds)
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
         if reply.status != 200:
-            payload = {"error": {"message": reply.content, "type": "scripted", "code": None}}
-            return JSONResponse(payload, status_code=reply.status)
+            payload = {
+                "error": {"message": reply.content, "type": "scripted", "code": reply.error_code}
+            }
+            return JSONResponse(payload, status_code=reply.status, headers=reply.headers)
         if body.get("stream"):
-            return StreamingResponse(self._stream(reply), media_type="text/event-stream")
-        return JSONResponse(self._completion(reply, body))
+            return StreamingResponse(
+                self._stream(reply), media_type="text/event-stream", headers=reply.headers
+            )
+        return JSONResponse(self._completion(reply, body), headers=reply.headers)
 
     def _completion(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
-        if reply.reasoning_content:
-            message["reasoning_content"] = reply.reasoning_content
+        if reply.reasoning:
+            message["reasoning_content"] = reply.reasoning
         if reply.tool_calls:
             message["tool_calls"] = [
                 {
@@ -126,7 +146,8 @@ class ScriptedOpenAI:
                     "finish_reason": "tool_calls" if reply.tool_calls else "stop",
                 }
             ],
-            "usage": {
+            "usage": reply.usage
+            or {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": 7,
                 "total_tokens": prompt_tokens + 7,
@@ -136,16 +157,31 @@ class ScriptedOpenAI:
     async def _stream(self, reply: Reply) -> AsyncIterator[bytes]:
         pieces = reply.chunks if reply.chunks is not None else re.findall(r"\S+\s*", reply.content)
         base = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "model": self.model}
+
+        def frame(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return f"data: {json.dumps({**base, 'choices': [choice]})}\n\n".encode()
+
+        if reply.reasoning:
+            for piece in re.findall(r"\S+\s*", reply.reasoning):
+                yield frame({"reasoning_content": piece})
         for piece in pieces:
-            chunk = {**base, "choices": [{"index": 0, "delta": {"content": piece}}]}
-            yield f"data: {json.dumps(chunk)}\n\n".encode()
+            yield frame({"content": piece})
             await asyncio.sleep(0)
-        done = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-        yield f"data: {json.dumps(done)}\n\n".encode()
+        for number, (call_id, name, args) in enumerate(reply.tool_calls):
+            index = 0 if reply.reuse_index_zero else number
+            opening = {"index": index, "id": call_id, "type": "function"}
+            yield frame({"tool_calls": [{**opening, "function": {"name": name, "arguments": ""}}]})
+            arguments = json.dumps(args)
+            middle = len(arguments) // 2
+            for part in (arguments[:middle], arguments[middle:]):
+                yield frame({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
+        yield frame({}, "tool_calls" if reply.tool_calls else "stop")
         usage = {
             **base,
             "choices": [],
-            "usage": {
+            "usage": reply.usage
+            or {
                 "prompt_tokens": 20,
                 "completion_tokens": len(pieces),
                 "total_tokens": 20 + len(pieces),

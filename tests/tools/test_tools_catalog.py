@@ -14,7 +14,12 @@ NO_ARGS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
 def test_default_tools_include_the_calculator() -> None:
-    assert [tool.spec.name for tool in default_tools()] == ["calculator"]
+    assert [tool.spec.name for tool in default_tools()] == [
+        "calculator",
+        "datetime",
+        "json_transform",
+        "text_utils",
+    ]
 
 
 def test_register_get_and_duplicates() -> None:
@@ -40,8 +45,17 @@ def test_list_filters(registry: ToolRegistry) -> None:
         "calculator",
         "repeat",
     ]
-    assert [s.name for s in registry.list(read_only_only=True)] == ["calculator", "repeat"]
-    assert [s.name for s in registry.list(category="text", read_only_only=True)] == ["repeat"]
+    assert [s.name for s in registry.list(read_only_only=True)] == [
+        "calculator",
+        "datetime",
+        "json_transform",
+        "text_utils",
+        "repeat",
+    ]
+    assert [s.name for s in registry.list(category="text", read_only_only=True)] == [
+        "text_utils",
+        "repeat",
+    ]
     assert registry.list(category="math", names=["repeat"]) == []
     assert registry.list(category="nothing") == []
 

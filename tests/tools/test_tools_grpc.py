@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
@@ -26,6 +27,9 @@ async def test_list_tools_all_and_filtered(stub: Stub) -> None:
     assert names[0] == "calculator"
     assert set(names) == {
         "calculator",
+        "datetime",
+        "json_transform",
+        "text_utils",
         "boom",
         "refuse",
         "hang",
@@ -51,7 +55,13 @@ async def test_list_tools_all_and_filtered(stub: Stub) -> None:
     assert by_name.tools[0].flags.timeout_seconds == 0.05
 
     read_only = await stub.ListTools(tools_pb2.ListToolsRequest(read_only_only=True))
-    assert [tool.name for tool in read_only.tools] == ["calculator", "repeat"]
+    assert [tool.name for tool in read_only.tools] == [
+        "calculator",
+        "datetime",
+        "json_transform",
+        "text_utils",
+        "repeat",
+    ]
 
 
 async def test_execute_success(stub: Stub) -> None:
@@ -109,23 +119,16 @@ async def test_missing_tool_name_is_invalid_argument(stub: Stub) -> None:
     assert caught.value.details() == "ExecuteRequest.tool_name is required"
 
 
-async def test_approvals_are_unimplemented_and_say_so(stub: Stub) -> None:
+async def test_approvals_without_a_database_say_so(stub: Stub) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.DecideApproval(
             tools_pb2.DecideApprovalRequest(approval_id="a-1", decision="approved")
         )
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert caught.value.details() == (
-        "ToolService.DecideApproval is not implemented yet: "
-        "human approvals are not available in this version"
-    )
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "no database configured" in (caught.value.details() or "")
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.ListApprovals(tools_pb2.ListApprovalsRequest(workflow_id="wf-1"))
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert caught.value.details() == (
-        "ToolService.ListApprovals is not implemented yet: "
-        "human approvals are not available in this version"
-    )
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
 async def test_health_serving(channel: grpc.aio.Channel) -> None:
@@ -149,14 +152,24 @@ async def test_reflection_lists_the_tool_service(channel: grpc.aio.Channel) -> N
     assert responses[1].file_descriptor_response.file_descriptor_proto  # descriptors resolvable
 
 
-async def test_build_serves_the_builtins_from_settings() -> None:
-    service = await build(Settings(tools_port=0, tool_timeout_seconds=12.0))
+async def test_build_serves_the_builtins_from_settings(tmp_path: Path) -> None:
+    service = await build(
+        Settings(tools_port=0, tool_timeout_seconds=12.0, data_dir=tmp_path, database_url="")
+    )
     port = await service.start("127.0.0.1", 0)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = tools_pb2_grpc.ToolServiceStub(channel)
             listed = await stub.ListTools(tools_pb2.ListToolsRequest())
-            assert [tool.name for tool in listed.tools] == ["calculator"]
+            assert [tool.name for tool in listed.tools] == [
+                "calculator",
+                "datetime",
+                "json_transform",
+                "text_utils",
+                "file_ops",
+                "http_request",
+                "web_fetch",
+            ]  # python_exec stays off unless enabled
             assert listed.tools[0].flags.timeout_seconds == 12.0
             response = await stub.Execute(
                 tools_pb2.ExecuteRequest(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from services.tools.catalog import ToolRegistry
 from services.tools.host import ToolCallRequest, ToolCallResult, ToolHost
 
 
-async def call(host: ToolHost, tool: str, arguments: object = None, **extra: str) -> ToolCallResult:
+async def call(host: ToolHost, tool: str, arguments: object = None, **extra: Any) -> ToolCallResult:
     text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
     return await host.execute(
         ToolCallRequest(tool_name=tool, arguments_json=text, call_id="call-1", **extra)
@@ -185,5 +186,11 @@ def test_constructor_validation(registry: ToolRegistry) -> None:
 def test_list_tools_filters(host: ToolHost) -> None:
     assert [s.name for s in host.list_tools(category="math")] == ["calculator"]
     assert [s.name for s in host.list_tools(names=["repeat"])] == ["repeat"]
-    assert [s.name for s in host.list_tools(read_only_only=True)] == ["calculator", "repeat"]
+    assert [s.name for s in host.list_tools(read_only_only=True)] == [
+        "calculator",
+        "datetime",
+        "json_transform",
+        "text_utils",
+        "repeat",
+    ]
     assert len(host.list_tools(tenant_id="acme")) == len(host.registry)

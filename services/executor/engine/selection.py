@@ -28,8 +28,9 @@ async def select_tools(
             names = await selector.select(workflow_id, query, tools, max_tools)
         except Exception:
             log.exception("tool selection failed", extra={"workflow_id": workflow_id})
+    # The planner's choice stands as it is: it may offer them all when few enough.
     chosen = set(names or ())
-    selected = [t for t in tools if t.name in chosen][:max_tools]
+    selected = [t for t in tools if t.name in chosen]
     if not selected:
         return list(tools), True
     return selected, False

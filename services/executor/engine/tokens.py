@@ -1,5 +1,5 @@
-"""Offline token estimates: no tokenizer download at run time (a models registry may replace
-this with the model's own count)."""
+"""Offline token estimates for the context guard (no tokenizer download at run time): the
+LLM layer's heuristic, plus what the offered tool schemas take."""
 
 from __future__ import annotations
 
@@ -7,25 +7,9 @@ import json
 from collections.abc import Sequence
 
 from shuttle.llm.protocol import Message, ToolSchema
-
-CHARS_PER_TOKEN = 4
-MESSAGE_OVERHEAD_TOKENS = 4
-
-
-def estimate_text(text: str) -> int:
-    return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
-
-
-def estimate_message(message: Message) -> int:
-    tokens = MESSAGE_OVERHEAD_TOKENS + estimate_text(str(message.get("content") or ""))
-    for call in message.get("tool_calls") or ():
-        function = call.get("function", {})
-        tokens += estimate_text(str(function.get("name", ""))) + estimate_text(
-            str(function.get("arguments", ""))
-        )
-    return tokens
+from shuttle.llm.tokens import estimate_message_tokens, estimate_tokens
 
 
 def estimate_messages(messages: Sequence[Message], tools: Sequence[ToolSchema] = ()) -> int:
-    tool_tokens = estimate_text(json.dumps(list(tools))) if tools else 0
-    return tool_tokens + sum(estimate_message(m) for m in messages)
+    tool_tokens = estimate_tokens(json.dumps(list(tools))) if tools else 0
+    return tool_tokens + estimate_message_tokens(messages)

@@ -2,10 +2,51 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from services.tools.builtins.calculator import Calculator
+from services.tools.builtins.datetime_tool import DateTimeTool
+from services.tools.builtins.file_ops import FileOps
+from services.tools.builtins.http import HttpRequest, SafeFetcher, WebFetch
+from services.tools.builtins.json_transform import JsonTransform
+from services.tools.builtins.python_exec import PythonExec, SandboxLimits
+from services.tools.builtins.text_utils import TextUtils
 from services.tools.catalog import Tool
+from services.tools.netguard import AddressPolicy
+from services.tools.workspace import Workspaces
 
 
-def default_tools() -> list[Tool]:
-    """Fresh instances of every built-in tool, in catalog order."""
-    return [Calculator()]
+@dataclass(frozen=True)
+class BuiltinConfig:
+    """What the built-ins that touch the world need; None/False leaves them out."""
+
+    workspaces: Workspaces | None = None
+    http_policy: AddressPolicy | None = None
+    http_max_bytes: int = 2 * 1024 * 1024
+    http_timeout_seconds: float = 20.0
+    python_exec: bool = False
+    python_limits: SandboxLimits = field(default_factory=SandboxLimits)
+    python_interpreter: str = ""
+
+
+def default_tools(config: BuiltinConfig | None = None) -> list[Tool]:
+    """Fresh instances of the built-in tools, in catalog order.
+
+    Without a config only the pure tools (no files, network or processes) are included.
+    """
+    tools: list[Tool] = [Calculator(), DateTimeTool(), JsonTransform(), TextUtils()]
+    if config is None:
+        return tools
+    if config.workspaces is not None:
+        tools.append(FileOps(config.workspaces))
+    if config.http_policy is not None:
+        fetcher = SafeFetcher(
+            config.http_policy, config.http_max_bytes, config.http_timeout_seconds
+        )
+        tools += [
+            HttpRequest(fetcher, config.http_max_bytes),
+            WebFetch(fetcher, config.http_max_bytes),
+        ]
+    if config.python_exec:
+        tools.append(PythonExec(config.python_limits, config.python_interpreter))
+    return tools

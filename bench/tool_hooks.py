@@ -1,0 +1,73 @@
+"""What the hook chain costs per tool call, beside the same calls with no hooks.
+
+Both sides run the calculator through ToolHost.execute in the same process; the hooked side
+has the deployment defaults (read-only guard, truncation, audit row in SQLite) plus an
+in-process rate limiter, so the difference is the policy layer.
+
+    .venv/bin/python -m bench.tool_hooks [--calls 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from services.tools.buckets import MemoryBuckets
+from services.tools.builtins.calculator import Calculator
+from services.tools.catalog import ToolRegistry
+from services.tools.db import create_engine, create_schema
+from services.tools.hooks.chain import HookChain
+from services.tools.hooks.config import HooksConfig, build_chain
+from services.tools.hooks.rate_limit import RateLimitHook
+from services.tools.host import ToolCallRequest, ToolHost
+
+
+async def timed(host: ToolHost, calls: int) -> list[float]:
+    request = ToolCallRequest(
+        tool_name="calculator", arguments_json='{"expression": "sqrt(2) * 12"}', tenant_id="t"
+    )
+    samples = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        result = await host.execute(request)
+        samples.append((time.perf_counter() - started) * 1e6)
+        assert result.ok, result.observation
+    return samples
+
+
+def describe(name: str, samples: list[float]) -> str:
+    ordered = sorted(samples)
+    p95 = ordered[int(len(ordered) * 0.95)]
+    return f"{name:<28} median {statistics.median(ordered):8.1f} µs   p95 {p95:8.1f} µs"
+
+
+async def main(calls: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = create_engine(f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}")
+        await create_schema(engine)
+        defaults = build_chain(
+            HooksConfig(),
+            engine=engine,
+            approvals=None,
+            buckets=MemoryBuckets(),
+            approval_timeout_seconds=60,
+            max_observation_chars=20_000,
+        )
+        limiter = RateLimitHook(capacity=1e9, refill_per_second=1e9)
+        hooked = ToolHost(ToolRegistry([Calculator()]), hooks=HookChain([*defaults.hooks, limiter]))
+        bare = ToolHost(ToolRegistry([Calculator()]))
+        await timed(bare, 50)
+        await timed(hooked, 50)
+        print(describe("no hooks", await timed(bare, calls)))
+        print(describe("defaults + rate limit", await timed(hooked, calls)))
+        await engine.dispose()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=2000)
+    asyncio.run(main(parser.parse_args().calls))

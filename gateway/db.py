@@ -1,0 +1,76 @@
+"""The gateway's own tables (API keys, submitted tasks) in the shared SQL database.
+
+Created at start-up from this metadata; they are to join the project's migrations once
+those exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    event,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+metadata = MetaData()
+
+api_keys = Table(
+    "gateway_api_keys",
+    metadata,
+    Column("key_id", String(40), primary_key=True),
+    Column("tenant_id", String(128), nullable=False, index=True),
+    Column("name", String(200), nullable=False, default=""),
+    # SHA-256 hex of the whole key; the key itself is never stored.
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+)
+
+tasks = Table(
+    "gateway_tasks",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("tenant_id", String(128), nullable=False),
+    Column("idempotency_key", String(255), nullable=True),
+    # SHA-256 of the request body: a reused key with another body is refused.
+    Column("request_hash", String(64), nullable=False),
+    # NULL while the request holding the key is still starting the run.
+    Column("workflow_id", String(128), nullable=True),
+    Column("query", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, index=True),
+    UniqueConstraint("tenant_id", "idempotency_key", name="uq_gateway_tasks_idempotency"),
+)
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def create_engine(url: str) -> AsyncEngine:
+    engine = create_async_engine(url)
+    if make_url(url).get_backend_name() == "sqlite":
+        event.listen(engine.sync_engine, "connect", _tune_sqlite)
+    return engine
+
+
+def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
+    # The events service writes the same file: wait for its writers instead of failing.
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    finally:
+        cursor.close()
+
+
+async def create_schema(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)

@@ -1,0 +1,40 @@
+"""Request dependencies shared by the route modules, and small request/reply conversions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from gateway.backends import Backends
+from gateway.errors import ApiError
+from gateway.task_index import TaskIndex
+from shuttle.envelope import type_value
+from shuttle.v1 import common_pb2
+
+
+def backends_of(request: Request) -> Backends:
+    backends: Backends = request.app.state.backends
+    return backends
+
+
+def task_index_of(request: Request) -> TaskIndex:
+    index: TaskIndex = request.app.state.task_index
+    return index
+
+
+Clients = Annotated[Backends, Depends(backends_of)]
+Index = Annotated[TaskIndex, Depends(task_index_of)]
+
+
+def status_name(value: int) -> str:
+    return common_pb2.WorkflowStatus.Name(value).removeprefix("WORKFLOW_STATUS_").lower()  # type: ignore[arg-type]
+
+
+def parse_types(raw: str | None) -> list[common_pb2.EventType.ValueType]:
+    if not raw:
+        return []
+    try:
+        return [type_value(name) for name in raw.split(",") if name.strip()]
+    except ValueError as exc:
+        raise ApiError(400, "invalid_argument", str(exc)) from None

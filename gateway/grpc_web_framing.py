@@ -1,0 +1,128 @@
+"""grpc-web wire format, as Envoy's grpc_web filter speaks it.
+
+A body is a run of frames: one flag byte (0x00 message, 0x80 trailers; bit 0x01 would mean
+compressed), a 4-byte big-endian length, the bytes. Trailers are an HTTP/1-style header block.
+In text mode (`application/grpc-web-text`) each frame is base64-encoded on its own, so a
+body is a concatenation of padded base64 segments.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import quote
+
+MESSAGE_FLAG = 0x00
+TRAILER_FLAG = 0x80
+COMPRESSED_BIT = 0x01
+_HEADER = struct.Struct(">BI")
+
+_CONTENT_TYPE = re.compile(r"^application/grpc-web(-text)?(?:\+(proto|json))?$")
+_TIMEOUT = re.compile(r"^(\d{1,8})([HMSmun])$")
+_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+
+
+class FramingError(ValueError):
+    """The request body is not valid grpc-web; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class WebContentType:
+    text: bool
+    codec: str  # "proto" or "json"
+
+    @property
+    def response(self) -> str:
+        return f"application/grpc-web{'-text' if self.text else ''}+{self.codec}"
+
+
+def parse_content_type(value: str) -> WebContentType | None:
+    match = _CONTENT_TYPE.match(value.split(";")[0].strip().lower())
+    if match is None:
+        return None
+    return WebContentType(text=bool(match.group(1)), codec=match.group(2) or "proto")
+
+
+def parse_timeout(value: str) -> float:
+    """Seconds of a `grpc-timeout` header such as `10S`, `250m` or `1H`."""
+    match = _TIMEOUT.match(value.strip())
+    if match is None:
+        raise FramingError(f"grpc-timeout {value!r} is not a number of at most 8 digits and a unit")
+    return int(match.group(1)) * _TIMEOUT_UNITS[match.group(2)]
+
+
+def decode_text(body: bytes) -> bytes:
+    """Decode concatenated padded base64 segments (one per frame, or one for all)."""
+    compact = re.sub(rb"\s+", b"", body)
+    out = bytearray()
+    start = 0
+    # A segment ends at its padding; unpadded tails run to the end of the body.
+    for match in re.finditer(rb"=+", compact):
+        out += _b64(compact[start : match.end()])
+        start = match.end()
+    if start < len(compact):
+        out += _b64(compact[start:])
+    return bytes(out)
+
+
+def _b64(segment: bytes) -> bytes:
+    try:
+        return base64.b64decode(segment + b"=" * (-len(segment) % 4), validate=True)
+    except binascii.Error:
+        raise FramingError("the grpc-web-text body is not valid base64") from None
+
+
+def parse_frames(data: bytes) -> list[tuple[int, bytes]]:
+    frames: list[tuple[int, bytes]] = []
+    offset = 0
+    while offset < len(data):
+        if len(data) - offset < _HEADER.size:
+            raise FramingError("the body ends inside a frame header")
+        flag, length = _HEADER.unpack_from(data, offset)
+        offset += _HEADER.size
+        if len(data) - offset < length:
+            raise FramingError(f"a frame announces {length} bytes but the body ends sooner")
+        frames.append((flag, data[offset : offset + length]))
+        offset += length
+    return frames
+
+
+def single_message(data: bytes) -> bytes:
+    """The one request message of a unary or server-streaming call."""
+    messages = []
+    for flag, payload in parse_frames(data):
+        if flag & COMPRESSED_BIT:
+            raise FramingError("compressed grpc-web frames are not supported")
+        if flag & TRAILER_FLAG:
+            continue
+        messages.append(payload)
+    if len(messages) != 1:
+        raise FramingError(f"expected exactly one request message, got {len(messages)}")
+    return messages[0]
+
+
+def encode_frame(flag: int, payload: bytes, text: bool) -> bytes:
+    frame = _HEADER.pack(flag, len(payload)) + payload
+    return base64.b64encode(frame) if text else frame
+
+
+def trailer_block(code: int, message: str, metadata: Iterable[tuple[str, str | bytes]]) -> bytes:
+    lines = [f"grpc-status:{code}"]
+    if message:
+        # The gRPC spec percent-encodes grpc-message (anything outside printable ASCII, and %).
+        lines.append(f"grpc-message:{percent_encode(message)}")
+    for key, value in metadata:
+        if key.startswith("grpc-") and key not in ("grpc-status-details-bin",):
+            continue
+        if isinstance(value, bytes):
+            value = base64.b64encode(value).decode()
+        lines.append(f"{key.lower()}:{value}")
+    return ("\r\n".join(lines) + "\r\n").encode()
+
+
+def percent_encode(message: str) -> str:
+    return quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~")

@@ -1,0 +1,198 @@
+"""The OpenAI-compatible face: a task run as a chat completion, streamed or not.
+
+The last user message is the task; `model` is `shuttle-auto` (the configured default) or a
+model the registry lists. Every reply carries the workflow id in `shuttle_workflow_id`, a
+field OpenAI clients ignore, so a caller can follow the run on the task API too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import grpc
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from gateway.backends import Backends, tenant_metadata
+from gateway.deps import Clients, Index
+from gateway.errors import ApiError
+from gateway.submit import TaskSpec, submit
+from gateway.tenancy import CallerDep
+from shuttle.envelope import type_name
+from shuttle.settings import Settings
+from shuttle.v1 import events_pb2
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+AUTO_MODEL = "shuttle-auto"
+
+
+class ChatMessageIn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "user", "assistant", "tool", "developer", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str = Field(min_length=1, max_length=200)
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+
+def model_names(settings: Settings) -> list[str]:
+    names = [AUTO_MODEL]
+    if settings.model and settings.model not in names:
+        names.append(settings.model)
+    return names
+
+
+def _text(content: str | list[dict[str, Any]] | None) -> str:
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if part.get("type") == "text")
+    return content or ""
+
+
+def task_of(body: ChatCompletionRequest, settings: Settings) -> TaskSpec:
+    if body.model not in model_names(settings):
+        raise ApiError(
+            404,
+            "model_not_found",
+            f"model {body.model!r} does not exist; GET /v1/models lists the available ones",
+        )
+    users = [m for m in body.messages if m.role == "user"]
+    query = _text(users[-1].content).strip() if users else ""
+    if not query:
+        raise ApiError(400, "invalid_request", "messages: a non-empty user message is required")
+    model = "" if body.model == AUTO_MODEL else body.model
+    return TaskSpec(query=query, model=model)
+
+
+@router.get("/models")
+async def list_models(caller: CallerDep, request: Request) -> dict[str, Any]:
+    """The models a chat completion may name."""
+    settings: Settings = request.app.state.settings
+    return {
+        "object": "list",
+        "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "shuttle"}
+            for name in model_names(settings)
+        ],
+    }
+
+
+async def _events(
+    backends: Backends, tenant: str, workflow_id: str
+) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    call = backends.events.Stream(
+        events_pb2.StreamRequest(workflow_id=workflow_id, tenant_id=tenant, from_seq=1),
+        metadata=tenant_metadata(tenant),
+    )
+    try:
+        async for event in call:
+            yield type_name(event.type), json.loads(event.payload_json or "{}")
+    finally:
+        call.cancel()
+
+
+def _usage(payload: dict[str, Any]) -> dict[str, int]:
+    return {
+        "prompt_tokens": int(payload.get("input_tokens", 0)),
+        "completion_tokens": int(payload.get("output_tokens", 0)),
+        "total_tokens": int(payload.get("total_tokens", 0)),
+    }
+
+
+@router.post("/chat/completions")
+async def chat_completions(
+    body: ChatCompletionRequest, caller: CallerDep, clients: Clients, index: Index, request: Request
+) -> Any:
+    """Run the last user message as a task and answer as a chat completion."""
+    spec = task_of(body, request.app.state.settings)
+    started = await submit(clients, index, caller.tenant_id, caller.key_id, spec)
+    workflow_id = started.workflow_id
+    base = {
+        "id": f"chatcmpl-{workflow_id}",
+        "created": int(time.time()),
+        "model": body.model,
+        "shuttle_workflow_id": workflow_id,
+    }
+    events = _events(clients, caller.tenant_id, workflow_id)
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return EventSourceResponse(
+            _chunks(events, base, include_usage), ping=15, headers={"Cache-Control": "no-cache"}
+        )
+    answer, usage, failure = "", _usage({}), ""
+    async for kind, payload in events:
+        if kind == "THREAD_MESSAGE_COMPLETED":
+            answer = str(payload.get("content", ""))
+        elif kind == "WORKFLOW_COMPLETED":
+            answer = str(payload.get("result", answer))
+            usage = _usage(payload)
+        elif kind == "ERROR_OCCURRED" and payload.get("fatal"):
+            failure = str(payload.get("error_message", "the run failed"))
+        elif kind == "WORKFLOW_CANCELLED":
+            failure = "the run was cancelled"
+    if failure:
+        raise ApiError(502, "run_failed", f"workflow {workflow_id}: {failure}")
+    return JSONResponse(
+        {
+            **base,
+            "object": "chat.completion",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": answer},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": usage,
+        }
+    )
+
+
+async def _chunks(
+    events: AsyncIterator[tuple[str, dict[str, Any]]], base: dict[str, Any], include_usage: bool
+) -> AsyncIterator[ServerSentEvent]:
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> ServerSentEvent:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        body = {**base, "object": "chat.completion.chunk", "choices": [choice], **extra}
+        return ServerSentEvent(data=json.dumps(body, ensure_ascii=False))
+
+    yield chunk({"role": "assistant", "content": ""})
+    streamed = False
+    try:
+        async for kind, payload in events:
+            if kind == "THREAD_MESSAGE_DELTA":
+                streamed = True
+                yield chunk({"content": str(payload.get("delta", ""))})
+            elif kind == "THREAD_MESSAGE_COMPLETED" and not streamed:
+                streamed = True
+                yield chunk({"content": str(payload.get("content", ""))})
+            elif kind == "WORKFLOW_COMPLETED":
+                yield chunk({}, "stop")
+                if include_usage:
+                    usage_chunk = {**base, "object": "chat.completion.chunk", "choices": []}
+                    usage_chunk["usage"] = _usage(payload)
+                    yield ServerSentEvent(data=json.dumps(usage_chunk))
+            elif (kind == "ERROR_OCCURRED" and payload.get("fatal")) or (
+                kind == "WORKFLOW_CANCELLED"
+            ):
+                message = str(payload.get("error_message", "the run was cancelled"))
+                error = {"error": {"message": message, "type": "run_failed", "code": None}}
+                yield ServerSentEvent(data=json.dumps(error))
+    except grpc.aio.AioRpcError as exc:
+        error = {"error": {"message": exc.details(), "type": "upstream_error", "code": None}}
+        yield ServerSentEvent(data=json.dumps(error))
+    yield ServerSentEvent(data="[DONE]")

@@ -1,0 +1,185 @@
+// The Shuttle web console: submit a task, watch its log live over SSE, steer it.
+(function () {
+  "use strict";
+  const $ = (id) => document.getElementById(id);
+  const md = window.ShuttleMarkdown;
+  const state = { auth: "off", key: localStorage.getItem("shuttle.apiKey") || "", wf: null, source: null, lastSeq: 0, answer: "", tools: {}, ended: false };
+
+  function headers(extra) {
+    const h = Object.assign({}, extra || {});
+    if (state.key) h["Authorization"] = "Bearer " + state.key;
+    return h;
+  }
+  async function api(method, path, body) {
+    const init = { method: method, headers: headers(body ? { "Content-Type": "application/json" } : {}) };
+    if (body) init.body = JSON.stringify(body);
+    const response = await fetch(path, init);
+    const data = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      const message = (data.error && data.error.message) || response.statusText;
+      throw new Error(response.status + ": " + message);
+    }
+    return data;
+  }
+  function toast(message) {
+    const el = $("toast");
+    el.textContent = message; el.hidden = false;
+    clearTimeout(toast.timer); toast.timer = setTimeout(() => { el.hidden = true; }, 8000);
+  }
+  function item(cls, html) {
+    const li = document.createElement("li");
+    li.className = cls; li.innerHTML = html;
+    $("timeline").appendChild(li);
+    return li;
+  }
+  const esc = (v) => md.escapeHtml(typeof v === "string" ? v : JSON.stringify(v, null, 2));
+  function setStatus(status) {
+    const el = $("run-status");
+    el.textContent = status; el.className = "status " + status;
+  }
+
+  // -- one event of the log onto the page ------------------------------------------------
+  let renderPending = false;
+  function renderAnswer() {
+    if (renderPending) return;
+    renderPending = true;
+    requestAnimationFrame(() => { renderPending = false; const a = $("answer"); a.hidden = false; a.innerHTML = md.render(state.answer); });
+  }
+  const handlers = {
+    WORKFLOW_STARTED: (e) => { setStatus("running"); $("run-query").textContent = e.payload.query || ""; },
+    AGENT_THINKING: (e) => { if (e.payload.status === "done" && e.payload.reasoning) item("thinking", "Thought · " + esc(e.payload.reasoning)); },
+    TOOL_INVOKED: (e) => {
+      const p = e.payload;
+      const li = item("tool running", "<details><summary>Tool · " + esc(p.tool_name) + "</summary><div>Arguments</div><pre class=\"args\">" + esc(p.tool_args) + "</pre><div class=\"obs\"></div></details>");
+      state.tools[p.call_id || e.seq] = li;
+    },
+    TOOL_OBSERVATION: (e) => {
+      const p = e.payload;
+      const li = state.tools[p.call_id] || item("tool", "<details><summary>Tool · " + esc(p.tool_name) + "</summary><div class=\"obs\"></div></details>");
+      li.classList.remove("running");
+      if (p.error) li.classList.add("error");
+      li.querySelector(".obs").innerHTML = "<div>Observation (" + (p.duration_ms || 0) + " ms)</div><pre class=\"observation\">" + esc(p.result) + "</pre>";
+    },
+    THREAD_MESSAGE_DELTA: (e) => { state.answer += e.payload.delta || ""; renderAnswer(); },
+    THREAD_MESSAGE_COMPLETED: (e) => { state.answer = e.payload.content || state.answer; renderAnswer(); },
+    APPROVAL_REQUESTED: (e) => {
+      const p = e.payload;
+      const li = item("approval", "Approval needed for <b>" + esc(p.tool_name || "a tool") + "</b><pre>" + esc(p.tool_args || p.arguments || {}) + "</pre>");
+      const id = p.approval_id;
+      ["approved", "denied"].forEach((decision) => {
+        const b = document.createElement("button");
+        b.textContent = decision === "approved" ? "Approve" : "Deny";
+        b.className = decision === "approved" ? "" : "danger";
+        b.dataset.decision = decision;
+        b.addEventListener("click", () => api("POST", "/api/v1/approvals/" + encodeURIComponent(id), { decision: decision })
+          .then(() => { li.querySelectorAll("button").forEach((x) => { x.disabled = true; }); }).catch((err) => toast(err.message)));
+        li.appendChild(b);
+      });
+    },
+    APPROVAL_DECISION: (e) => item("notice", "Approval " + esc(e.payload.decision || e.payload.status || "") ),
+    MESSAGE_RECEIVED: (e) => { if (e.payload.from === "user") item("notice", "Follow-up: " + esc(e.payload.content || e.message)); },
+    WORKSPACE_UPDATED: (e) => { if (e.payload.kind === "compact") item("notice", "— context compacted —"); },
+    WORKFLOW_PAUSED: () => setStatus("paused"),
+    WORKFLOW_RESUMED: () => setStatus("running"),
+    WORKFLOW_CANCELLED: () => setStatus("cancelled"),
+    ERROR_OCCURRED: (e) => { item("notice", "Error: " + esc(e.payload.error_message || e.message)); if (e.payload.fatal) setStatus("failed"); },
+    WORKFLOW_COMPLETED: (e) => {
+      const p = e.payload;
+      setStatus("completed");
+      if (!state.answer && p.result) { state.answer = p.result; renderAnswer(); }
+      const f = $("usage");
+      f.hidden = false;
+      f.textContent = (p.total_tokens || 0) + " tokens (" + (p.input_tokens || 0) + " in, " + (p.output_tokens || 0) + " out) · $" +
+        Number(p.total_cost_usd || 0).toFixed(6) + " · " + ((p.duration_ms || 0) / 1000).toFixed(2) + " s · " + (p.tools_invoked || 0) + " tool calls";
+    },
+    STREAM_END: () => { state.ended = true; if (state.source) state.source.close(); loadTasks(); },
+  };
+  function onEvent(e) {
+    if (e.seq <= state.lastSeq) return;
+    state.lastSeq = e.seq;
+    const handle = handlers[e.type];
+    if (handle) handle(e);
+  }
+
+  // -- the stream: EventSource with a ticket, resumed after any drop ---------------------
+  async function streamUrl(wf) {
+    let url = "/api/v1/stream/sse?workflow_id=" + encodeURIComponent(wf);
+    if (state.auth === "required") {
+      const t = await api("POST", "/api/v1/stream/ticket", { workflow_id: wf });
+      url += "&ticket=" + encodeURIComponent(t.ticket);
+    }
+    if (state.lastSeq) url += "&last_event_id=" + state.lastSeq;
+    return url;
+  }
+  async function connect(wf) {
+    if (state.source) state.source.close();
+    let url;
+    try { url = await streamUrl(wf); } catch (err) { toast(err.message); return; }
+    if (wf !== state.wf) return;
+    const source = new EventSource(url);
+    state.source = source;
+    source.onmessage = null;
+    const listen = (type) => source.addEventListener(type, (m) => onEvent(JSON.parse(m.data)));
+    Object.keys(handlers).concat(["AGENT_STARTED", "AGENT_COMPLETED", "LLM_OUTPUT", "STATUS_UPDATE", "WAITING"]).forEach(listen);
+    source.addEventListener("error", () => {
+      // EventSource retries by itself unless the server refused (a ticket can expire):
+      // then open a fresh one from the last seq seen.
+      if (source.readyState === EventSource.CLOSED && !state.ended && wf === state.wf) setTimeout(() => connect(wf), 1000);
+    });
+  }
+  function watch(wf) {
+    if (state.source) state.source.close();
+    Object.assign(state, { wf: wf, lastSeq: 0, answer: "", tools: {}, ended: false, source: null });
+    $("timeline").innerHTML = ""; $("answer").hidden = true; $("answer").innerHTML = ""; $("usage").hidden = true;
+    $("run").hidden = false; $("run-id").textContent = wf; $("run-query").textContent = ""; setStatus("pending");
+    if (location.hash !== "#" + wf) history.replaceState(null, "", "#" + wf);
+    connect(wf);
+  }
+
+  // -- forms and lists -------------------------------------------------------------------
+  async function loadTasks() {
+    try {
+      const data = await api("GET", "/api/v1/tasks?limit=20");
+      $("tasks").innerHTML = data.tasks.map((t) => "<li><a href=\"#" + esc(t.workflow_id) + "\">" + esc(t.query) +
+        " <span class=\"status " + esc(t.status) + "\">" + esc(t.status) + "</span></a></li>").join("");
+    } catch (err) { /* no key yet */ }
+  }
+  $("task-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const query = $("query").value.trim();
+    if (!query) return;
+    try {
+      const created = await api("POST", "/api/v1/tasks", { query: query });
+      watch(created.workflow_id);
+      loadTasks();
+    } catch (err) { toast(err.message); }
+  });
+  document.querySelectorAll(".controls button").forEach((b) => b.addEventListener("click", () => {
+    api("POST", "/api/v1/tasks/" + encodeURIComponent(state.wf) + "/" + b.dataset.action, {})
+      .then((r) => item("notice", b.dataset.action + " requested")).catch((err) => toast(err.message));
+  }));
+  $("interrupt-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const message = $("interrupt").value.trim();
+    if (!message) return;
+    api("POST", "/api/v1/tasks/" + encodeURIComponent(state.wf) + "/interrupt", { message: message })
+      .then(() => { $("interrupt").value = ""; }).catch((err) => toast(err.message));
+  });
+  $("key-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    state.key = $("api-key").value.trim();
+    localStorage.setItem("shuttle.apiKey", state.key);
+    loadTasks();
+    if (state.wf) watch(state.wf);
+  });
+  window.addEventListener("hashchange", () => { const wf = location.hash.slice(1); if (wf && wf !== state.wf) watch(wf); });
+
+  fetch("/api/v1/config").then((r) => r.json()).then((config) => {
+    state.auth = config.auth;
+    if (config.auth === "required") { $("key-form").hidden = false; $("api-key").value = state.key; }
+    else $("auth-note").textContent = "authentication off (local use)";
+    loadTasks();
+    const wf = location.hash.slice(1);
+    if (wf) watch(wf);
+  });
+})();

@@ -1,0 +1,53 @@
+"""HTML and markdown outputs become artifacts: stored whole, shown to the model as a note.
+
+Models tend to paste a large HTML blob back into their answer; a short note stops that,
+while the content stays in the workflow's workspace (readable with file_ops) under the
+artifact's URI.
+"""
+
+from __future__ import annotations
+
+import re
+
+from services.tools.catalog import Artifact, ToolOutput
+from services.tools.context import CallInfo, safe_segment
+from services.tools.workspace import Workspaces
+
+ARTIFACT_TYPES = {"text/html": ".html", "text/markdown": ".md"}
+ARTIFACT_DIR = "artifacts"
+_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def is_artifact(output: ToolOutput) -> bool:
+    return output.content_type.split(";")[0].strip().lower() in ARTIFACT_TYPES
+
+
+class ArtifactStore:
+    def __init__(self, workspaces: Workspaces) -> None:
+        self._workspaces = workspaces
+
+    def save(self, call: CallInfo, output: ToolOutput) -> ToolOutput:
+        """Store the output; return what the model sees instead, with the artifact attached."""
+        mime = output.content_type.split(";")[0].strip().lower()
+        suffix = ARTIFACT_TYPES[mime]
+        base = output.artifact_name or f"{call.tool_name}-{call.call_id or 'output'}"
+        name = safe_segment(_NAME_RE.sub("_", base), "artifact")
+        if not name.endswith(suffix):
+            name += suffix
+        workspace = self._workspaces.for_call(call)
+        data = output.text.encode("utf-8")
+        path = workspace.resolve(f"{ARTIFACT_DIR}/{name}")
+        workspace.write_bytes(path, data)
+        artifact = Artifact(
+            name=name,
+            mime_type=mime,
+            size_bytes=len(data),
+            uri=f"workspace://{ARTIFACT_DIR}/{name}",
+        )
+        note = (
+            f"[Artifact generated: {name}] The content ({len(output.text):,} characters of "
+            f"{mime}) is stored as an artifact and shown to the user as a preview; it is not "
+            f"repeated here. Read it with file_ops path '{ARTIFACT_DIR}/{name}' only if you "
+            "need its contents."
+        )
+        return ToolOutput(text=note, artifacts=(*output.artifacts, artifact))

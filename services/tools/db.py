@@ -1,0 +1,122 @@
+"""SQL tables of the tool host (audit log, approvals), portable across SQLite and PostgreSQL.
+
+Created at start-up with `create_all`; they are the tools service's own and can join the
+shared migrations later.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    event,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+ID_LENGTH = 128
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every backend (SQLite drops the offset; it is put back)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = MetaData()
+
+tool_audit = Table(
+    "tool_audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("tenant_id", String(ID_LENGTH), nullable=False),
+    Column("workflow_id", String(ID_LENGTH), nullable=False),
+    Column("call_id", String(ID_LENGTH), nullable=False),
+    Column("agent_id", String(ID_LENGTH), nullable=False),
+    Column("tool_name", String(ID_LENGTH), nullable=False),
+    Column("arguments_json", Text, nullable=False),
+    # ok | error | blocked
+    Column("outcome", String(16), nullable=False),
+    Column("error", Text, nullable=False),
+    Column("blocked_by", String(ID_LENGTH), nullable=False),
+    Column("block_reason", Text, nullable=False),
+    # The tool's whole output, before any hook shortened it for the model.
+    Column("result", Text, nullable=False),
+    Column("duration_ms", BigInteger, nullable=False),
+    Index("ix_tool_audit_tenant_workflow", "tenant_id", "workflow_id"),
+)
+
+tool_approvals = Table(
+    "tool_approvals",
+    metadata,
+    Column("id", String(ID_LENGTH), primary_key=True),
+    Column("tenant_id", String(ID_LENGTH), nullable=False),
+    Column("workflow_id", String(ID_LENGTH), nullable=False),
+    Column("call_id", String(ID_LENGTH), nullable=False),
+    Column("tool_name", String(ID_LENGTH), nullable=False),
+    Column("arguments_json", Text, nullable=False),
+    Column("operation", String(ID_LENGTH), nullable=False),
+    Column("risk_level", String(16), nullable=False),
+    # pending | approved | denied | timeout
+    Column("status", String(16), nullable=False),
+    Column("decided_by", String(ID_LENGTH), nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("requested_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Column("decided_at", UtcDateTime, nullable=True),
+    Index("ix_tool_approvals_tenant_workflow", "tenant_id", "workflow_id"),
+)
+
+
+def create_engine(url: str) -> AsyncEngine:
+    """An AsyncEngine; SQLite files get WAL and a busy timeout for concurrent writers."""
+    engine = create_async_engine(url)
+    if make_url(url).get_backend_name() == "sqlite":
+        event.listen(engine.sync_engine, "connect", _tune_sqlite)
+    return engine
+
+
+def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
+    # The events service writes the same file; without these a second writer fails at once.
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+    finally:
+        cursor.close()
+
+
+async def create_schema(engine: AsyncEngine) -> None:
+    """Create missing tables. Replicas starting together may race to create the same table;
+    the loser sees it exist on the next attempt."""
+    for attempt in range(3):
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(metadata.create_all)
+            return
+        except DBAPIError:
+            if attempt == 2:
+                raise

@@ -1,0 +1,1 @@
+"""PreToolUse / PostToolUse hooks: deterministic policy around every tool call."""

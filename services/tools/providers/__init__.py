@@ -1,0 +1,1 @@
+"""Remote tool providers: ToolProvider gRPC servers and MCP servers join the catalog."""

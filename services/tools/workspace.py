@@ -1,0 +1,98 @@
+"""Per-workflow workspaces: a directory per tenant and workflow, with no way out of it.
+
+Paths are resolved (following symlinks) and must stay under the workspace root; the last
+component is opened with O_NOFOLLOW so a symlink swapped in after the check is refused too.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.tools.catalog import ToolError
+from services.tools.context import CallInfo, safe_segment
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    quota_bytes: int
+
+    def resolve(self, relative: str) -> Path:
+        """The absolute path of `relative` inside the workspace; ToolError if it escapes."""
+        if "\x00" in relative:
+            raise ToolError("file_ops: the path contains a NUL character")
+        candidate = Path(relative.strip() or ".")
+        if candidate.is_absolute():
+            raise ToolError(
+                f"file_ops: {relative!r} is an absolute path; use a path relative to the "
+                "workspace, e.g. 'notes/todo.txt'"
+            )
+        self.root.mkdir(parents=True, exist_ok=True)
+        root = self.root.resolve()
+        resolved = (root / candidate).resolve()
+        if resolved != root and not resolved.is_relative_to(root):
+            raise ToolError(
+                f"file_ops: {relative!r} is outside the workspace; paths must stay inside it "
+                "('..' and links that lead out are refused)"
+            )
+        return resolved
+
+    def display(self, path: Path) -> str:
+        root = self.root.resolve()
+        return "." if path == root else str(path.relative_to(root))
+
+    def used_bytes(self) -> int:
+        total = 0
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(dirpath, name)).st_size
+                except OSError:
+                    continue
+        return total
+
+    def check_quota(self, adding: int, replacing: int = 0) -> None:
+        after = self.used_bytes() - replacing + adding
+        if after > self.quota_bytes:
+            raise ToolError(
+                f"file_ops: the workspace quota of {self.quota_bytes:,} bytes would be "
+                f"exceeded ({after:,} bytes); delete files or write less"
+            )
+
+    def write_bytes(self, path: Path, data: bytes, *, append: bool = False) -> None:
+        """Write without following a symlink at `path` (O_NOFOLLOW)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise ToolError(
+                f"file_ops: cannot write {self.display(path)!r}: {exc.strerror}"
+            ) from None
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+
+    def read_bytes(self, path: Path, limit: int) -> bytes:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise ToolError(
+                f"file_ops: cannot read {self.display(path)!r}: {exc.strerror}"
+            ) from None
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read(limit)
+
+
+class Workspaces:
+    """Where every workflow's workspace lives: <root>/<tenant>/<workflow>."""
+
+    def __init__(self, root: Path, quota_bytes: int) -> None:
+        self._root = root
+        self._quota = quota_bytes
+
+    def for_call(self, call: CallInfo) -> Workspace:
+        tenant = safe_segment(call.tenant_id, "_default")
+        workflow = safe_segment(call.workflow_id, "_adhoc")
+        return Workspace(self._root / tenant / workflow, self._quota)

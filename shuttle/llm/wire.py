@@ -1,0 +1,137 @@
+"""Request bodies and response parsing for OpenAI-compatible chat completions.
+
+The SDK's `chat.completions.create` walks every message through its TypedDict transform on
+each call, so client time grows with the history (12 ms at 50 messages, 40 ms at 200 in
+bench/llm_overhead.py). We build the JSON body ourselves — one C-accelerated `json.dumps` —
+and hand the bytes to the same client's `post`, which keeps its transport, auth and errors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shuttle.llm.protocol import (
+    Message,
+    ResponseFormat,
+    TokenUsage,
+    ToolCallRequest,
+    ToolChoice,
+    ToolSchema,
+)
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: Sequence[Message]
+    tools: Sequence[ToolSchema] = ()
+    tool_choice: ToolChoice | None = None
+    response_format: ResponseFormat | None = None
+    max_tokens: int | None = None
+    stream: bool = False
+
+    def body(self) -> bytes:
+        payload: dict[str, Any] = {"model": self.model, "messages": self.messages}
+        if self.tools:
+            payload["tools"] = self.tools
+            if self.tool_choice is not None:
+                payload["tool_choice"] = self.tool_choice
+        if self.response_format is not None:
+            payload["response_format"] = self.response_format
+        if self.max_tokens is not None:
+            payload["max_tokens"] = self.max_tokens
+        if self.stream:
+            payload["stream"] = True
+            payload["stream_options"] = {"include_usage": True}
+        return json.dumps(payload, ensure_ascii=False, default=_sequence).encode()
+
+
+def _sequence(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def usage_of(raw: Any) -> TokenUsage:
+    """Token counts from an SDK usage object (prompt, completion, cached prompt tokens)."""
+    if raw is None:
+        return TokenUsage()
+    details = getattr(raw, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", 0) or 0
+    return TokenUsage(
+        input_tokens=getattr(raw, "prompt_tokens", 0) or 0,
+        output_tokens=getattr(raw, "completion_tokens", 0) or 0,
+        cached_tokens=cached,
+    )
+
+
+def reasoning_of(message: Any) -> str:
+    """`reasoning_content` (DeepSeek, vLLM, …) or `reasoning` (some OpenRouter models)."""
+    for name in ("reasoning_content", "reasoning"):
+        value = getattr(message, name, None)
+        if value is None:
+            extra = getattr(message, "model_extra", None) or {}
+            value = extra.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+@dataclass
+class _PartialCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class ToolCallAccumulator:
+    """Joins streamed tool-call deltas into whole calls.
+
+    Deltas are grouped by `index`. Some providers send every call with index 0; a delta that
+    carries a new `id` (or a new function name after a finished one) at an index already in
+    use therefore starts a new call instead of being glued onto the previous one.
+    """
+
+    def __init__(self) -> None:
+        self._calls: list[_PartialCall] = []
+        self._by_index: dict[int, _PartialCall] = {}
+
+    def add(self, delta: Any) -> None:
+        index = getattr(delta, "index", None)
+        index = len(self._calls) if index is None else int(index)
+        call_id = getattr(delta, "id", None) or ""
+        function = getattr(delta, "function", None)
+        name = (getattr(function, "name", None) or "") if function is not None else ""
+        arguments = (getattr(function, "arguments", None) or "") if function is not None else ""
+        current = self._by_index.get(index)
+        if current is None or _starts_new_call(current, call_id, name):
+            current = _PartialCall()
+            self._calls.append(current)
+            self._by_index[index] = current
+        if call_id:
+            current.id = call_id
+        if name:
+            current.name += name
+        if arguments:
+            current.arguments.append(arguments)
+
+    def calls(self) -> tuple[ToolCallRequest, ...]:
+        return tuple(
+            ToolCallRequest(
+                id=call.id or f"call_{number}", name=call.name, arguments="".join(call.arguments)
+            )
+            for number, call in enumerate(self._calls)
+            if call.name
+        )
+
+
+def _starts_new_call(current: _PartialCall, call_id: str, name: str) -> bool:
+    if call_id and current.id and call_id != current.id:
+        return True
+    # No id on the delta, but a function name arriving after the previous call's arguments.
+    return bool(name and not call_id and current.name and current.arguments)

@@ -1,0 +1,96 @@
+// Drives Debian's Chromium through playwright-core for the gateway tests and prints one JSON
+// object on stdout. Usage:
+//   node drive.mjs grpc-web GATEWAY_URL API_KEY
+//   node drive.mjs console  GATEWAY_URL API_KEY SCREENSHOT_PATH
+import { build } from "esbuild";
+import { chromium } from "playwright-core";
+import http from "node:http";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const [mode, gateway, apiKey, screenshot] = process.argv.slice(2);
+const CHROMIUM_FLAGS = [
+  "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+];
+
+async function launch() {
+  return chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: CHROMIUM_FLAGS });
+}
+
+// The client page is served from another origin than the gateway, as a real web app would
+// be, so every call goes through CORS preflight.
+async function servePage(script) {
+  const html = `<!doctype html><meta charset="utf-8"><title>grpc-web client</title><script>${script}</script>`;
+  const server = http.createServer((req, res) => { res.setHeader("content-type", "text/html"); res.end(html); });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return server;
+}
+
+async function grpcWeb() {
+  const bundle = await build({
+    entryPoints: [path.join(here, "grpc_web_client.ts")], bundle: true, write: false,
+    format: "iife", target: "es2022", platform: "browser", logLevel: "silent",
+  });
+  const server = await servePage(bundle.outputFiles[0].text);
+  const browser = await launch();
+  try {
+    const page = await browser.newPage();
+    await page.goto(`http://127.0.0.1:${server.address().port}/`);
+    return await page.evaluate(([url, key]) => window.shuttleGrpcWeb.run(url, key), [gateway, apiKey]);
+  } finally {
+    await browser.close();
+    server.close();
+  }
+}
+
+async function consoleScenario() {
+  const browser = await launch();
+  const out = {};
+  try {
+    const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+    page.on("pageerror", (err) => { out.pageErrors = [...(out.pageErrors || []), String(err)]; });
+    await page.goto(gateway + "/");
+    out.cdnScripts = await page.$$eval("script[src],link[href]", (els) =>
+      els.map((e) => e.getAttribute("src") || e.getAttribute("href")).filter((u) => /^(https?:)?\/\//.test(u)));
+    await page.waitForSelector("#key-form:not([hidden])");
+    await page.fill("#api-key", apiKey);
+    await page.click("#key-form button");
+    await page.fill("#query", "What is 12*7?");
+    await page.click("#submit");
+    await page.waitForSelector("#run-status.completed", { timeout: 60000 });
+    await page.waitForSelector("#usage:not([hidden])");
+    const tool = page.locator("#timeline li.tool").first();
+    out.toolSummary = await tool.locator("summary").innerText();
+    out.toolOpenBefore = await tool.locator("details").evaluate((d) => d.open);
+    await tool.locator("summary").click();
+    out.toolOpenAfter = await tool.locator("details").evaluate((d) => d.open);
+    out.toolArgs = await tool.locator("pre.args").innerText();
+    out.toolObservation = await tool.locator("pre.observation").innerText();
+    out.answerHtml = await page.locator("#answer").innerHTML();
+    out.usage = await page.locator("#usage").innerText();
+    out.workflowId = await page.locator("#run-id").innerText();
+    out.hash = await page.evaluate(() => location.hash);
+    await page.click(".controls button[data-action=pause]");
+    await page.waitForSelector("#toast:not([hidden])");
+    out.pauseToast = await page.locator("#toast").innerText();
+    await page.fill("#interrupt", "also add 1");
+    await page.click("#interrupt-form button");
+    await page.waitForFunction(() => document.querySelector("#toast").innerText.includes("Interrupt"));
+    out.interruptToast = await page.locator("#toast").innerText();
+    out.tasksListed = await page.locator("#tasks li").count();
+    await page.screenshot({ path: screenshot, fullPage: true });
+    await page.reload();
+    await page.waitForSelector("#run-status.completed", { timeout: 60000 });
+    await page.waitForSelector("#answer:not([hidden])");
+    out.answerAfterReload = await page.locator("#answer").innerText();
+    out.toolsAfterReload = await page.locator("#timeline li.tool").count();
+    return out;
+  } finally {
+    await browser.close();
+  }
+}
+
+const result = mode === "grpc-web" ? await grpcWeb() : await consoleScenario();
+process.stdout.write(JSON.stringify(result) + "\n");

@@ -1,0 +1,69 @@
+"""The OpenAI-compatible face, driven by the official `openai` client."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.gateway.conftest import AuthStack
+
+pytestmark = pytest.mark.integration
+
+
+def client_for(stack: AuthStack, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def test_models_list_names_the_auto_model(auth_stack: AuthStack) -> None:
+    models = client_for(auth_stack, auth_stack.key_a).models.list()
+    assert "shuttle-auto" in [m.id for m in models.data]
+
+
+def test_a_chat_completion_runs_the_last_user_message(auth_stack: AuthStack) -> None:
+    client = client_for(auth_stack, auth_stack.key_a)
+    reply = client.chat.completions.create(
+        model="shuttle-auto",
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is 1+1?"},
+            {"role": "assistant", "content": "2"},
+            {"role": "user", "content": "What is 12*7?"},
+        ],
+    )
+    assert reply.choices[0].message.content == "[demo model] 12*7 = 84"
+    assert reply.choices[0].finish_reason == "stop"
+    assert reply.usage is not None and reply.usage.total_tokens > 0
+    workflow_id = (reply.model_extra or {})["shuttle_workflow_id"]
+    with auth_stack.client(auth_stack.key_a) as api:
+        assert api.get(f"/api/v1/tasks/{workflow_id}").json()["query"] == "What is 12*7?"
+
+
+def test_a_streamed_chat_completion_carries_the_answer_in_chunks(auth_stack: AuthStack) -> None:
+    client = client_for(auth_stack, auth_stack.key_a)
+    stream = client.chat.completions.create(
+        model="shuttle-auto",
+        messages=[{"role": "user", "content": "What is 9*9?"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "[demo model] 9*9 = 81"
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 1
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
+    assert {(c.model_extra or {})["shuttle_workflow_id"] for c in chunks} != {None}
+
+
+def test_errors_come_back_as_openai_errors(auth_stack: AuthStack) -> None:
+    client = client_for(auth_stack, auth_stack.key_a)
+    with pytest.raises(openai.NotFoundError, match="gpt-nope"):
+        client.chat.completions.create(
+            model="gpt-nope", messages=[{"role": "user", "content": "hi"}]
+        )
+    with pytest.raises(openai.BadRequestError, match="user message"):
+        client.chat.completions.create(
+            model="shuttle-auto", messages=[{"role": "system", "content": "hi"}]
+        )
+    with pytest.raises(openai.AuthenticationError):
+        client_for(auth_stack, "sk-shuttle-wrong").models.list()

@@ -1,0 +1,84 @@
+"""Idempotent submission, the task list, control and approval routes."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.gateway.conftest import AuthStack
+
+pytestmark = pytest.mark.integration
+
+
+def test_same_idempotency_key_gives_the_same_workflow(auth_stack: AuthStack) -> None:
+    key = f"test-{uuid.uuid4()}"
+    body = {"query": "What is 3*3?"}
+    with auth_stack.client(auth_stack.key_a) as client:
+        with ThreadPoolExecutor(4) as pool:
+            replies = list(
+                pool.map(
+                    lambda _: client.post(
+                        "/api/v1/tasks", json=body, headers={"Idempotency-Key": key}
+                    ),
+                    range(4),
+                )
+            )
+        assert {r.status_code for r in replies} == {201}
+        ids = {r.json()["workflow_id"] for r in replies}
+        assert len(ids) == 1
+        assert sum(r.headers.get("idempotent-replayed") == "true" for r in replies) == 3
+        again = client.post("/api/v1/tasks", json=body, headers={"Idempotency-Key": key})
+        assert again.json()["workflow_id"] in ids
+        changed = client.post(
+            "/api/v1/tasks", json={"query": "What is 4*4?"}, headers={"Idempotency-Key": key}
+        )
+        assert changed.status_code == 422
+        assert changed.json()["error"]["code"] == "idempotency_key_reused"
+        fresh = client.post("/api/v1/tasks", json=body)
+        assert fresh.json()["workflow_id"] not in ids
+        listed = [t["workflow_id"] for t in client.get("/api/v1/tasks?limit=100").json()["tasks"]]
+        assert listed.count(next(iter(ids))) == 1
+    # Keys are per tenant: the same key elsewhere is a different task.
+    with auth_stack.client(auth_stack.key_b) as other:
+        elsewhere = other.post("/api/v1/tasks", json=body, headers={"Idempotency-Key": key})
+        assert elsewhere.status_code == 201 and elsewhere.json()["workflow_id"] not in ids
+
+
+def test_task_detail_has_status_result_usage_and_cost(
+    auth_stack: AuthStack, finished_a: str
+) -> None:
+    with auth_stack.client(auth_stack.key_a) as client:
+        task = client.get(f"/api/v1/tasks/{finished_a}").json()
+    assert task["status"] == "completed"
+    assert task["result"] == "[demo model] 6*7 = 42"
+    assert task["usage"]["total_tokens"] > 0
+    assert task["cost_usd"] == 0.0
+    assert task["duration_ms"] >= 0
+
+
+def test_control_routes_reach_the_executor(auth_stack: AuthStack, finished_a: str) -> None:
+    # The executor does not implement Control/Interrupt yet: the route passes its answer on.
+    with auth_stack.client(auth_stack.key_a) as client:
+        for action in ("pause", "resume", "cancel"):
+            reply = client.post(f"/api/v1/tasks/{finished_a}/{action}", json={"reason": "test"})
+            assert reply.status_code == 501, reply.text
+            assert "Control" in reply.json()["error"]["message"]
+        interrupt = client.post(f"/api/v1/tasks/{finished_a}/interrupt", json={"message": "more"})
+        assert interrupt.status_code == 501
+        assert "Interrupt" in interrupt.json()["error"]["message"]
+        empty = client.post(f"/api/v1/tasks/{finished_a}/interrupt", json={"message": ""})
+        assert empty.status_code == 400
+        missing = client.post("/api/v1/tasks/wf-missing/pause")
+        assert missing.status_code == 404
+
+
+def test_approval_decisions_reach_the_tools_service(auth_stack: AuthStack) -> None:
+    with auth_stack.client(auth_stack.key_a) as client:
+        bad = client.post("/api/v1/approvals/ap-1", json={"decision": "maybe"})
+        assert bad.status_code == 400
+        assert "decision" in bad.json()["error"]["message"]
+        reply = client.post("/api/v1/approvals/ap-1", json={"decision": "approved"})
+    assert reply.status_code == 404
+    assert "ap-1" in reply.json()["error"]["message"]

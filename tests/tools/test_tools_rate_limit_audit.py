@@ -1,0 +1,141 @@
+"""Rate limits (in-process and in real Redis) and the SQL audit log."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.tools.buckets import MemoryBuckets, RedisBuckets, TokenBuckets
+from services.tools.catalog import ToolRegistry
+from services.tools.db import create_engine, create_schema, tool_audit
+from services.tools.hooks.audit import AuditHook
+from services.tools.hooks.chain import HookChain
+from services.tools.hooks.policy import DenyHook
+from services.tools.hooks.rate_limit import RateLimitHook
+from services.tools.hooks.truncation import TruncationHook
+from services.tools.host import ToolCallRequest, ToolHost
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def call(tool: str, tenant: str, **args: object) -> ToolCallRequest:
+    return ToolCallRequest(
+        tool_name=tool,
+        arguments_json=json.dumps(args),
+        call_id=f"c-{uuid.uuid4().hex[:6]}",
+        workflow_id="wf-9",
+        tenant_id=tenant,
+        agent_id="agent-main",
+    )
+
+
+@pytest.fixture
+async def redis_buckets() -> AsyncIterator[RedisBuckets]:
+    client = redis.asyncio.from_url(REDIS_URL)
+    prefix = f"test:{uuid.uuid4().hex}:"
+    buckets = RedisBuckets(client, prefix=prefix)
+    yield buckets
+    keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
+    if keys:
+        await client.delete(*keys)
+    await buckets.close()
+
+
+async def _limit_per_tenant_and_tool(registry: ToolRegistry, buckets: TokenBuckets) -> None:
+    limiter = RateLimitHook(capacity=2, refill_per_second=0, buckets=buckets)
+    host = ToolHost(registry, hooks=HookChain([limiter]))
+    outcomes = [(await host.execute(call("repeat", "a", text="x"))).blocked for _ in range(3)]
+    assert outcomes == [False, False, True]
+    blocked = await host.execute(call("repeat", "a", text="x"))
+    assert "rate limit reached for repeat" in blocked.block_reason
+    # Another tenant, and another tool, have their own buckets.
+    assert not (await host.execute(call("repeat", "b", text="x"))).blocked
+    assert not (await host.execute(call("calculator", "a", expression="1"))).blocked
+
+
+async def test_memory_rate_limit(registry: ToolRegistry) -> None:
+    await _limit_per_tenant_and_tool(registry, MemoryBuckets())
+
+
+async def test_redis_rate_limit(registry: ToolRegistry, redis_buckets: RedisBuckets) -> None:
+    await _limit_per_tenant_and_tool(registry, redis_buckets)
+
+
+async def test_redis_buckets_are_shared_between_replicas(
+    registry: ToolRegistry, redis_buckets: RedisBuckets
+) -> None:
+    # Two hosts stand for two replicas: one bucket in Redis serves both.
+    hosts = [
+        ToolHost(
+            registry,
+            hooks=HookChain(
+                [RateLimitHook(capacity=3, refill_per_second=0, buckets=redis_buckets)]
+            ),
+        )
+        for _ in range(2)
+    ]
+    blocked = [
+        (await hosts[i % 2].execute(call("repeat", "t", text="x"))).blocked for i in range(5)
+    ]
+    assert blocked == [False, False, False, True, True]
+
+
+async def test_redis_bucket_refills(redis_buckets: RedisBuckets) -> None:
+    assert await redis_buckets.take("k", 1, 1000) == 0.0
+    wait = await redis_buckets.take("k", 1, 0.5)
+    assert 0 < wait <= 2.0
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'tools.db'}")
+    await create_schema(engine)
+    yield engine
+    await engine.dispose()
+
+
+async def test_audit_row_per_call_including_blocked(
+    registry: ToolRegistry, engine: AsyncEngine
+) -> None:
+    chain = HookChain(
+        [
+            DenyHook(tools=("boom",), reason="retired"),
+            TruncationHook(max_chars=5),
+            AuditHook(engine=engine),
+        ]
+    )
+    host = ToolHost(registry, hooks=chain)
+    await host.execute(call("repeat", "acme", text="abcdefgh"))
+    await host.execute(call("refuse", "acme"))
+    await host.execute(call("boom", "acme"))
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(tool_audit).order_by(tool_audit.c.id))).all()
+    assert [(r.tool_name, r.outcome) for r in rows] == [
+        ("repeat", "ok"),
+        ("refuse", "error"),
+        ("boom", "blocked"),
+    ]
+    ok, error, blocked = rows
+    assert ok.tenant_id == "acme" and ok.workflow_id == "wf-9" and ok.agent_id == "agent-main"
+    assert json.loads(ok.arguments_json) == {"text": "abcdefgh"}
+    # The model saw 5 characters; the record keeps everything.
+    assert ok.result == "abcdefgh"
+    assert "upstream said no" in error.error
+    assert blocked.blocked_by == "deny" and blocked.block_reason == "retired"
+    assert all(r.duration_ms >= 0 for r in rows)
+
+
+async def test_audit_failure_is_advisory(registry: ToolRegistry, engine: AsyncEngine) -> None:
+    await engine.dispose()
+    broken = create_engine("sqlite+aiosqlite:////nonexistent-dir/x.db")
+    host = ToolHost(registry, hooks=HookChain([AuditHook(engine=broken)]))
+    result = await host.execute(call("repeat", "acme", text="still works"))
+    assert result.ok and result.observation == "still works"
+    await broken.dispose()
