@@ -115,9 +115,13 @@ class CommandDesk:
             raise InvalidCommand("message must not be empty")
         status = await self._log.status(workflow_id, tenant_id)
         if status in TERMINAL_STATUSES:
-            raise InvalidTransition(f"workflow is {status.lower()}; it takes no more messages")
+            raise InvalidTransition(
+                f"Interrupt refused: workflow is {status.lower()}; it takes no more messages"
+            )
         if control_state(await self._log.control_events(workflow_id, tenant_id)).cancelling:
-            raise InvalidTransition("workflow is being cancelled; it takes no more messages")
+            raise InvalidTransition(
+                "Interrupt refused: workflow is being cancelled; it takes no more messages"
+            )
         payload = {"from": "user", "content": content, "acknowledged": False}
         message = f"Message from user: {content[:80]}"
         seq = await self._log.append(workflow_id, tenant_id, "MESSAGE_RECEIVED", message, payload)
