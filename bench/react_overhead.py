@@ -159,13 +159,26 @@ async def main(runs: int, concurrent: int) -> None:
             print(f"Per tool iteration, zero-latency model, median of {runs} runs (ms)")
             header = f"{'K':>4} {'shuttle':>9} {'bare':>9} {'langgraph':>10} {'overhead':>10}"
             print(header + "   (overhead = shuttle - bare, per iteration)")
+            totals: dict[str, list[float]] = {"shuttle": [], "bare": [], "langgraph": []}
             for k in KS:
                 ours = await median_seconds(runs, partial(shuttle_run, stub, k))
                 bare = await median_seconds(runs, partial(bare_run, client, k))
                 lg = await median_seconds(runs, partial(graph, k)) if graph else float("nan")
+                for name, value in (("shuttle", ours), ("bare", bare), ("langgraph", lg)):
+                    totals[name].append(value)
                 print(
                     f"{k:>4} {ours / k * 1000:9.2f} {bare / k * 1000:9.2f} "
                     f"{lg / k * 1000:10.2f} {(ours - bare) / k * 1000:10.2f}"
+                )
+            # A run's time is a fixed part (start, synthesis, closing the log) plus K times
+            # the cost of one iteration: the slope is what one more iteration costs.
+            print("\nFit over K: run time = fixed + K x per-iteration (ms)")
+            for name, values in totals.items():
+                if any(v != v for v in values):  # NaN: LangGraph not installed
+                    continue
+                slope, intercept = statistics.linear_regression(KS, values)
+                print(
+                    f"  {name:<9} per-iteration {slope * 1000:7.2f}   fixed {intercept * 1000:7.1f}"
                 )
 
             model.latency_seconds = LATENCY_SECONDS
