@@ -50,7 +50,9 @@ lint: install
 	$(PY) -m mypy shuttle services gateway tests bench
 
 bench: install
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.end_to_end
+	$(PY) -m bench.react_overhead
 	$(PY) -m bench.llm_overhead
 
 # Event log figures: append throughput (SQLite, PostgreSQL) and emit->subscriber latency.

@@ -117,6 +117,25 @@ class Settings(BaseSettings):
     max_iterations: int = Field(50, ge=1, le=1000)
     tool_timeout_seconds: float = Field(30.0, gt=0)
 
+    # ReAct engine defaults for every agent of this deployment (each run may override some).
+    react_use_native_tools: bool = True
+    react_reflection_interval: int = Field(6, ge=0)
+    react_cycle_threshold: int = Field(3, ge=0)
+    react_completion_check: bool = True
+    react_completion_check_min_tools: int = Field(3, ge=1)
+    react_tool_selection_threshold: int = Field(12, ge=0)
+    react_tool_selection_max: int = Field(6, ge=1)
+    react_token_budget: int = Field(0, ge=0)
+    react_budget_warn_percent: float = Field(80.0, gt=0, le=100)
+    react_context_ratio: float = Field(0.8, gt=0, le=1)
+    react_compact_keep_recent: int = Field(6, ge=1)
+    # Until a models registry says otherwise: the model's context window, in tokens.
+    context_tokens: int = Field(128_000, ge=1_000)
+    # The executor's event emitter: largest Append batch, and how long an unreachable
+    # events service is ridden out before the run fails.
+    events_batch_max: int = Field(256, ge=1)
+    events_retry_seconds: float = Field(30.0, gt=0)
+
     # Prometheus metrics of a gRPC service on their own HTTP port (0: off); the gateway
     # serves /metrics on its own port.
     metrics_port: int = Field(0, ge=0, le=65535)

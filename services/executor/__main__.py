@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 
+from services.executor.engine.settings import AgentSettings
 from services.executor.grpc_api import ExecutorServicer
 from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
+from services.executor.grpc_log import GrpcCommandSource
+from services.executor.grpc_planner import GrpcToolSelector
 from services.executor.instrumented import TracedToolHost
-from services.executor.react import AgentSettings
 from services.executor.routing import GrpcRouter
-from services.executor.runs import RunManager
+from services.executor.runs import EmitterSettings, RunManager
 from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import GrpcService
 from shuttle.llm.factory import build_llm
@@ -38,6 +40,7 @@ async def build(settings: Settings) -> GrpcService:
     tools_channel = open_channel(settings.grpc_target("tools"))
     planner_channel = open_channel(settings.grpc_target("planner"))
     events = events_pb2_grpc.EventServiceStub(events_channel)
+    planner = planner_pb2_grpc.PlannerServiceStub(planner_channel)
     tools = TracedToolHost(
         GrpcToolHost(
             tools_pb2_grpc.ToolServiceStub(tools_channel),
@@ -50,8 +53,11 @@ async def build(settings: Settings) -> GrpcService:
         sinks=lambda workflow_id, tenant_id: GrpcEventSink(events, workflow_id, tenant_id),
         tools=tools,
         llm=llm,
-        settings=AgentSettings(settings.max_iterations, settings.tool_timeout_seconds),
-        router=GrpcRouter(planner_pb2_grpc.PlannerServiceStub(planner_channel)),
+        settings=AgentSettings.from_settings(settings),
+        router=GrpcRouter(planner),
+        commands=GrpcCommandSource(events),
+        selector=GrpcToolSelector(planner),
+        emitter=EmitterSettings(settings.events_batch_max, settings.events_retry_seconds),
     )
 
     async def finish_runs() -> None:

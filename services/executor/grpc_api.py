@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from services.executor.commands import CommandDesk, ControlAction, InvalidCommand, InvalidTransition
+from services.executor.grpc_log import GrpcWorkflowLog
 from services.executor.runs import RunManager, RunRequest
 from shuttle.grpc_client import tenant_metadata
 from shuttle.grpc_server import Context
@@ -29,10 +31,23 @@ async def _abort_from(context: Context, exc: grpc.aio.AioRpcError) -> None:
     await context.abort(exc.code(), f"events service: {exc.details()}")
 
 
+_ACTIONS = {
+    executor_pb2.CONTROL_ACTION_PAUSE: ControlAction.PAUSE,
+    executor_pb2.CONTROL_ACTION_RESUME: ControlAction.RESUME,
+    executor_pb2.CONTROL_ACTION_CANCEL: ControlAction.CANCEL,
+}
+
+
 class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
-    def __init__(self, runs: RunManager, events: events_pb2_grpc.EventServiceAsyncStub) -> None:
+    def __init__(
+        self,
+        runs: RunManager,
+        events: events_pb2_grpc.EventServiceAsyncStub,
+        desk: CommandDesk | None = None,
+    ) -> None:
         self._runs = runs
         self._events = events
+        self._desk = desk or CommandDesk(GrpcWorkflowLog(events), runs.deliver)
 
     async def _start(self, request: executor_pb2.StartRunRequest, context: Context) -> str:
         if not request.query.strip():
@@ -48,6 +63,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             owner=request.owner,
             session_id=request.session_id,
             mode=_MODE_NAMES.get(request.mode, ""),
+            budget_tokens=request.budget_tokens,
         )
         try:
             return await self._runs.start(run)
@@ -106,17 +122,45 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     async def Control(
         self, request: executor_pb2.ControlRequest, context: Context
     ) -> executor_pb2.ControlResponse:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "ExecutorService.Control (pause/resume/cancel) is not implemented yet",
+        action = _ACTIONS.get(request.action)
+        if action is None:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "action must be PAUSE, RESUME or CANCEL"
+            )
+            raise AssertionError("unreachable")
+        await _require_workflow_id(request.workflow_id, context)
+        try:
+            status = await self._desk.control(
+                request.workflow_id, request.tenant_id, action, request.reason
+            )
+        except InvalidTransition as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            raise
+        except grpc.aio.AioRpcError as exc:
+            await _abort_from(context, exc)
+            raise
+        return executor_pb2.ControlResponse(
+            status=common_pb2.WorkflowStatus.Value(f"WORKFLOW_STATUS_{status}")
         )
-        raise AssertionError("unreachable")
 
     async def Interrupt(
         self, request: executor_pb2.InterruptRequest, context: Context
     ) -> executor_pb2.InterruptResponse:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "ExecutorService.Interrupt (user follow-ups mid-run) is not implemented yet",
-        )
-        raise AssertionError("unreachable")
+        await _require_workflow_id(request.workflow_id, context)
+        try:
+            await self._desk.interrupt(request.workflow_id, request.tenant_id, request.message)
+        except InvalidCommand as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
+        except InvalidTransition as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            raise
+        except grpc.aio.AioRpcError as exc:
+            await _abort_from(context, exc)
+            raise
+        return executor_pb2.InterruptResponse(accepted=True)
+
+
+async def _require_workflow_id(workflow_id: str, context: Context) -> None:
+    if not workflow_id.strip():
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "workflow_id must not be empty")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
 import logging
 import uuid
@@ -11,7 +9,15 @@ from collections.abc import Sequence
 
 import grpc
 
-from services.executor.ports import EventDraft, ToolDefinition, ToolInvocation, ToolOutcome
+from services.executor.ports import (
+    Artifact,
+    EventDraft,
+    LogClosed,
+    SinkUnavailable,
+    ToolDefinition,
+    ToolInvocation,
+    ToolOutcome,
+)
 from services.executor.runs import RunRequest
 from shuttle.envelope import type_value
 from shuttle.grpc_client import tenant_metadata
@@ -19,9 +25,9 @@ from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc, tools_pb2, tools
 
 log = logging.getLogger(__name__)
 
-# Transient outages of the events service (a restart) are ridden out, not fatal to the run.
-APPEND_ATTEMPTS = 5
-APPEND_BACKOFF_SECONDS = 0.2
+# A restarting events service answers UNAVAILABLE (or not at all): the batch is resent.
+RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+APPEND_TIMEOUT_SECONDS = 10.0
 
 
 class GrpcWorkflowRegistry:
@@ -42,11 +48,7 @@ class GrpcWorkflowRegistry:
 
 
 class GrpcEventSink:
-    """Appends to one workflow's log through EventService.Append.
-
-    Each sink is one producer (a fresh id per run) numbering its batches, so a retry after
-    UNAVAILABLE, whose first attempt may have been committed, never stores a batch twice.
-    """
+    """Appends to one workflow's log through EventService.Append, as one producer."""
 
     def __init__(
         self, stub: events_pb2_grpc.EventServiceAsyncStub, workflow_id: str, tenant_id: str
@@ -54,15 +56,14 @@ class GrpcEventSink:
         self._stub = stub
         self._workflow_id = workflow_id
         self._tenant_id = tenant_id
-        self._producer_id = f"executor-{uuid.uuid4().hex}"
-        self._batches = itertools.count(1)
+        # One producer per run: the events service recognises a resent batch by this id
+        # and the batch number.
+        self._producer_id = f"{workflow_id}:{uuid.uuid4().hex}"
 
-    async def append(self, drafts: Sequence[EventDraft]) -> Sequence[int]:
+    async def append(self, drafts: Sequence[EventDraft], batch_seq: int) -> Sequence[int]:
         request = events_pb2.AppendRequest(
             workflow_id=self._workflow_id,
             tenant_id=self._tenant_id,
-            producer_id=self._producer_id,
-            batch_seq=next(self._batches),
             events=[
                 common_pb2.EventDraft(
                     type=type_value(d.type),
@@ -72,22 +73,20 @@ class GrpcEventSink:
                 )
                 for d in drafts
             ],
+            producer_id=self._producer_id,
+            batch_seq=batch_seq,
         )
-        for attempt in range(1, APPEND_ATTEMPTS + 1):
-            try:
-                response = await self._stub.Append(
-                    request, metadata=tenant_metadata(self._tenant_id)
-                )
-                return list(response.seqs)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt == APPEND_ATTEMPTS:
-                    raise
-                log.warning(
-                    "events service unavailable, retrying append",
-                    extra={"workflow_id": self._workflow_id, "attempt": attempt},
-                )
-                await asyncio.sleep(APPEND_BACKOFF_SECONDS * 2 ** (attempt - 1))
-        raise AssertionError("unreachable")
+        try:
+            response = await self._stub.Append(
+                request, timeout=APPEND_TIMEOUT_SECONDS, metadata=tenant_metadata(self._tenant_id)
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in RETRYABLE_CODES:
+                raise SinkUnavailable(f"{exc.code().name}: {exc.details()}") from exc
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise LogClosed(str(exc.details())) from exc
+            raise
+        return list(response.seqs)
 
 
 class GrpcToolHost:
@@ -141,4 +140,7 @@ class GrpcToolHost:
             block_reason=response.block_reason,
             truncated=response.truncated,
             duration_ms=response.duration_ms,
+            artifacts=tuple(
+                Artifact(a.name, a.mime_type, a.size_bytes, a.uri) for a in response.artifacts
+            ),
         )

@@ -35,6 +35,14 @@ class ToolInvocation:
 
 
 @dataclass(frozen=True)
+class Artifact:
+    name: str
+    mime_type: str = ""
+    size_bytes: int = 0
+    uri: str = ""
+
+
+@dataclass(frozen=True)
 class ToolOutcome:
     observation: str
     error: str = ""
@@ -42,6 +50,7 @@ class ToolOutcome:
     block_reason: str = ""
     truncated: bool = False
     duration_ms: int = 0
+    artifacts: tuple[Artifact, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -65,6 +74,27 @@ class EventDraft:
 
 
 class EventSink(Protocol):
-    """Appends events to one workflow's log, in call order; returns their seqs."""
+    """Appends batches to one workflow's log as one producer; returns the batch's seqs.
 
-    async def append(self, drafts: Sequence[EventDraft]) -> Sequence[int]: ...
+    Batches are numbered 1, 2, 3 ...; resending a batch with the same number must not
+    duplicate it. Raises SinkUnavailable for a transient outage (worth retrying) and
+    LogClosed when the log already ended.
+    """
+
+    async def append(self, drafts: Sequence[EventDraft], batch_seq: int) -> Sequence[int]: ...
+
+
+class SinkUnavailable(Exception):
+    """The events service could not be reached; the same batch may be resent."""
+
+
+class LogClosed(Exception):
+    """The workflow's log already holds STREAM_END."""
+
+
+class ToolSelector(Protocol):
+    async def select(
+        self, workflow_id: str, query: str, tools: Sequence[ToolDefinition], max_tools: int
+    ) -> Sequence[str] | None:
+        """Names of the tools worth offering for `query`; None when selection failed."""
+        ...

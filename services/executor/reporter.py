@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.executor.ports import EventDraft, EventSink, ToolOutcome
+from services.executor.emitter import EventEmitter
+from services.executor.ports import EventDraft, ToolOutcome
 from shuttle.llm.protocol import ChatResult, RecoveryNotice, RetryNotice, TokenUsage
-
-DELTA_FLUSH_SECONDS = 0.05
-DELTA_FLUSH_COUNT = 32
 
 
 def clip(text: str, limit: int) -> tuple[str, bool]:
@@ -37,60 +33,30 @@ def summarize_args(arguments_json: str, limit: int = 80) -> str:
 
 
 class RunReporter:
-    """Appends one run's events in the order the engine signals them.
+    """Queues one run's events on its emitter in the order the engine signals them."""
 
-    Answer deltas are coalesced into small batches (one Append per ~50 ms instead of one per
-    token); any other event flushes them first, so the log order is the signal order.
-    """
+    def __init__(self, emitter: EventEmitter) -> None:
+        self._emitter = emitter
 
-    def __init__(self, sink: EventSink) -> None:
-        self._sink = sink
-        self._lock = asyncio.Lock()
-        self._deltas: list[EventDraft] = []
-        self._flush_timer: asyncio.Task[None] | None = None
+    @property
+    def last_seq(self) -> int:
+        return self._emitter.last_seq
 
     async def emit(self, draft: EventDraft) -> None:
-        async with self._lock:
-            await self._flush_deltas_locked()
-            await self._sink.append([draft])
+        await self._emitter.emit(draft)
 
     async def _emit(
         self, type_: str, message: str, payload: Mapping[str, Any], agent_id: str = ""
     ) -> None:
-        await self.emit(EventDraft(type_, message, payload, agent_id))
-
-    # -- answer streaming -------------------------------------------------------------------
-
-    async def answer_delta(self, agent_id: str, delta: str, index: int) -> None:
-        draft = EventDraft(
-            "THREAD_MESSAGE_DELTA", "Content chunk", {"delta": delta, "index": index}, agent_id
-        )
-        async with self._lock:
-            self._deltas.append(draft)
-            if len(self._deltas) >= DELTA_FLUSH_COUNT:
-                await self._flush_deltas_locked()
-            elif self._flush_timer is None:
-                self._flush_timer = asyncio.create_task(self._flush_later())
-
-    async def _flush_later(self) -> None:
-        await asyncio.sleep(DELTA_FLUSH_SECONDS)
-        async with self._lock:
-            self._flush_timer = None
-            await self._flush_deltas_locked()
-
-    async def _flush_deltas_locked(self) -> None:
-        if self._flush_timer is not None and self._flush_timer is not asyncio.current_task():
-            self._flush_timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flush_timer
-            self._flush_timer = None
-        if self._deltas:
-            batch, self._deltas = self._deltas, []
-            await self._sink.append(batch)
+        await self._emitter.emit(EventDraft(type_, message, payload, agent_id))
 
     async def flush(self) -> None:
-        async with self._lock:
-            await self._flush_deltas_locked()
+        await self._emitter.flush()
+
+    async def answer_delta(self, agent_id: str, delta: str, index: int) -> None:
+        await self._emit(
+            "THREAD_MESSAGE_DELTA", "Content chunk", {"delta": delta, "index": index}, agent_id
+        )
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -262,6 +228,69 @@ class RunReporter:
         await self._emit("TOOL_OBSERVATION", message, payload, agent_id)
 
     async def answer_completed(self, agent_id: str, content: str, total_tokens: int) -> None:
-        await self.flush()
         payload = {"content": content, "total_tokens": total_tokens}
         await self._emit("THREAD_MESSAGE_COMPLETED", "Message complete", payload, agent_id)
+
+    # -- guards, context, budget -------------------------------------------------------------
+
+    async def status_update(self, agent_id: str, message: str, payload: Mapping[str, Any]) -> None:
+        """A phase (`payload.phase`) or an injected guard message (`payload.kind`)."""
+        await self._emit("STATUS_UPDATE", message, payload, agent_id)
+
+    async def compacted(
+        self,
+        agent_id: str,
+        method: str,
+        original_messages: int,
+        kept_messages: int,
+        tokens_before: int,
+        tokens_after: int,
+    ) -> None:
+        payload = {
+            "kind": "compact",
+            "method": method,
+            "original_messages": original_messages,
+            "kept_messages": kept_messages,
+            "tokens_before": tokens_before,
+            "tokens_after": tokens_after,
+        }
+        message = f"Context compacted: {original_messages} → {kept_messages} messages"
+        await self._emit("WORKSPACE_UPDATED", message, payload, agent_id)
+
+    async def budget_threshold(
+        self, agent_id: str, used: int, budget: int, threshold_percent: float
+    ) -> None:
+        usage_percent = round(100.0 * used / budget, 1)
+        payload = {
+            "usage_percent": usage_percent,
+            "threshold_percent": threshold_percent,
+            "tokens_used": used,
+            "tokens_budget": budget,
+            "level": "warning",
+            "budget_type": "task",
+        }
+        message = f"Task budget at {usage_percent}% (threshold: {threshold_percent}%)"
+        await self._emit("BUDGET_THRESHOLD", message, payload, agent_id)
+
+    # -- control -----------------------------------------------------------------------------
+
+    async def workflow_paused(self, checkpoint: str) -> None:
+        payload = {"checkpoint": checkpoint}
+        await self._emit("WORKFLOW_PAUSED", f"Workflow paused at {checkpoint}", payload)
+
+    async def workflow_resumed(self, reason: str) -> None:
+        await self._emit("WORKFLOW_RESUMED", "Workflow resumed", {"reason": reason})
+
+    async def workflow_cancelled(
+        self, checkpoint: str, reason: str, duration_ms: int, usage: TokenUsage
+    ) -> None:
+        payload = {
+            "checkpoint": checkpoint,
+            "reason": reason,
+            "duration_ms": duration_ms,
+            "total_tokens": usage.total_tokens,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "total_cost_usd": round(usage.cost_usd, 6),
+        }
+        await self._emit("WORKFLOW_CANCELLED", f"Workflow cancelled at {checkpoint}", payload)

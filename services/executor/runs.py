@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
+from services.executor.emitter import EmitterFailed, EventEmitter
+from services.executor.engine.loop import ReActAgent
+from services.executor.engine.settings import AgentSettings
+from services.executor.engine.state import RunContext
+from services.executor.follower import CommandSource, LogCommand, RunReceiver, follow_commands
 from services.executor.llm_observer import RunRetryObserver
-from services.executor.ports import EventSink, ToolHost
-from services.executor.react import AgentSettings, ReActAgent, RunContext
+from services.executor.policies.control import RunCancelled
+from services.executor.ports import EventSink, ToolHost, ToolSelector
 from services.executor.reporter import RunReporter
 from services.executor.routing import Route, Router
 from shuttle.llm.protocol import LLM, LLMError
@@ -29,6 +35,8 @@ class RunRequest:
     session_id: str = ""
     mode: str = ""
     """SIMPLE, STANDARD or COMPLEX when the user forced one; empty lets the router decide."""
+    budget_tokens: int = 0
+    """This run's token budget; 0 keeps the deployment's default."""
 
 
 class WorkflowRegistry(Protocol):
@@ -39,6 +47,12 @@ class WorkflowRegistry(Protocol):
 
 SinkFactory = Callable[[str, str], EventSink]
 """(workflow_id, tenant_id) -> the sink appending to that workflow's log."""
+
+
+@dataclass(frozen=True)
+class EmitterSettings:
+    batch_max: int = 256
+    retry_seconds: float = 30.0
 
 
 class RunManager:
@@ -52,6 +66,10 @@ class RunManager:
         llm: LLM,
         settings: AgentSettings,
         router: Router | None = None,
+        *,
+        commands: CommandSource | None = None,
+        selector: ToolSelector | None = None,
+        emitter: EmitterSettings | None = None,
     ) -> None:
         self._router = router
         self._registry = registry
@@ -59,7 +77,11 @@ class RunManager:
         self._tools = tools
         self._llm = llm
         self._settings = settings
+        self._commands = commands
+        self._selector = selector
+        self._emitter = emitter or EmitterSettings()
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._receivers: dict[str, RunReceiver] = {}
 
     @property
     def active_runs(self) -> int:
@@ -69,14 +91,51 @@ class RunManager:
         if not request.query.strip():
             raise ValueError("query must not be empty")
         workflow_id = await self._registry.create(request)
+        self._receivers[workflow_id] = RunReceiver()
         task = asyncio.create_task(self._execute(workflow_id, request), name=workflow_id)
         self._tasks[workflow_id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(workflow_id, None))
+        task.add_done_callback(lambda _: self._forget(workflow_id))
         return workflow_id
 
+    def deliver(self, workflow_id: str, command: LogCommand) -> None:
+        """Hand a command appended on this replica straight to its run, if it runs here."""
+        receiver = self._receivers.get(workflow_id)
+        if receiver is not None:
+            receiver.deliver(command)
+
+    def _forget(self, workflow_id: str) -> None:
+        self._tasks.pop(workflow_id, None)
+        self._receivers.pop(workflow_id, None)
+
+    def _agent_settings(self, request: RunRequest) -> AgentSettings:
+        if request.budget_tokens > 0:
+            return replace(self._settings, token_budget=request.budget_tokens)
+        return self._settings
+
     async def _execute(self, workflow_id: str, request: RunRequest) -> None:
-        reporter = RunReporter(self._sinks(workflow_id, request.tenant_id))
+        emitter = EventEmitter(
+            self._sinks(workflow_id, request.tenant_id),
+            batch_max=self._emitter.batch_max,
+            retry_seconds=self._emitter.retry_seconds,
+        )
+        reporter = RunReporter(emitter)
+        receiver = self._receivers[workflow_id]
+        follower = None
+        if self._commands is not None:
+            follower = asyncio.create_task(
+                follow_commands(self._commands, workflow_id, request.tenant_id, receiver)
+            )
         started = time.monotonic()
+        context = RunContext(workflow_id, request.tenant_id)
+        agent = ReActAgent(
+            self._llm.with_observer(RunRetryObserver(reporter, context.agent_id)),
+            self._tools,
+            reporter,
+            self._agent_settings(request),
+            selector=self._selector,
+            control=receiver.control,
+            inbox=receiver.interrupts,
+        )
         current_workflow.set(workflow_id)  # this task's log lines name the run
         RUNS_STARTED.inc()
         log.info("run started")
@@ -89,9 +148,6 @@ class RunManager:
             await reporter.workflow_started(
                 request.query, route.mode, request.session_id, route.estimated_complexity
             )
-            context = RunContext(workflow_id, request.tenant_id)
-            llm = self._llm.with_observer(RunRetryObserver(reporter, context.agent_id))
-            agent = ReActAgent(llm, self._tools, reporter, self._settings)
             result = await agent.run(request.query, context)
             await reporter.workflow_completed(
                 result.answer,
@@ -103,17 +159,33 @@ class RunManager:
             RUNS_FINISHED.labels("completed").inc()
             RUN_ITERATIONS.observe(result.iterations)
             log.info("run completed", extra={"iterations": result.iterations})
+            await self._close(reporter, workflow_id)
+        except RunCancelled as cancelled:
+            await reporter.workflow_cancelled(
+                cancelled.checkpoint,
+                cancelled.reason,
+                int((time.monotonic() - started) * 1000),
+                agent.usage,
+            )
+            RUNS_FINISHED.labels("cancelled").inc()
+            log.info("run cancelled", extra={"checkpoint": cancelled.checkpoint})
+            await self._close(reporter, workflow_id)
         except asyncio.CancelledError:
             await self._fail(reporter, workflow_id, "SHUTDOWN", "the executor shut down mid-run")
             raise
         except LLMError as exc:
             await self._fail(reporter, workflow_id, "LLM_ERROR", str(exc))
-            return
+        except EmitterFailed:
+            log.exception("run lost its event log", extra={"workflow_id": workflow_id})
         except Exception as exc:
             log.exception("run failed", extra={"workflow_id": workflow_id})
             await self._fail(reporter, workflow_id, "INTERNAL", f"{type(exc).__name__}: {exc}")
-            return
-        await self._close(reporter, workflow_id)
+        finally:
+            if follower is not None:
+                follower.cancel()
+                await asyncio.gather(follower, return_exceptions=True)
+            with contextlib.suppress(EmitterFailed):
+                await emitter.close()
 
     async def _fail(
         self, reporter: RunReporter, workflow_id: str, error_type: str, message: str
@@ -129,6 +201,7 @@ class RunManager:
     async def _close(self, reporter: RunReporter, workflow_id: str) -> None:
         try:
             await reporter.stream_end()
+            await reporter.flush()
         except Exception:
             log.exception("could not close the log", extra={"workflow_id": workflow_id})
 

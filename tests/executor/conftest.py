@@ -1,10 +1,10 @@
-"""Real events and tools services on port 0, and an executor RunManager wired to them."""
+"""Real events, tools and planner services on port 0, and executor RunManagers wired to them."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,52 +12,102 @@ import grpc
 import pytest
 
 from services.events.__main__ import build as build_events
+from services.executor.engine.settings import AgentSettings
+from services.executor.grpc_api import ExecutorServicer
 from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
-from services.executor.react import AgentSettings
+from services.executor.grpc_log import GrpcCommandSource
+from services.executor.grpc_planner import GrpcToolSelector
+from services.executor.ports import ToolSelector
 from services.executor.runs import RunManager, RunRequest
+from services.planner.__main__ import build as build_planner
 from services.tools.__main__ import build as build_tools
 from shuttle.envelope import type_name
 from shuttle.grpc_client import open_channel
+from shuttle.grpc_server import GrpcService
 from shuttle.llm.protocol import LLM
 from shuttle.settings import Settings
-from shuttle.v1 import events_pb2, events_pb2_grpc, tools_pb2_grpc
+from shuttle.v1 import (
+    events_pb2,
+    events_pb2_grpc,
+    executor_pb2,
+    executor_pb2_grpc,
+    planner_pb2_grpc,
+    tools_pb2_grpc,
+)
 from tests.support.scripted_openai import ScriptedOpenAI
 
 TENANT = "tenant-a"
+
+
+def agent_defaults() -> AgentSettings:
+    """The deployment's defaults, as tests must take their thresholds from."""
+    return AgentSettings.from_settings(Settings())
+
+
+def as_dict(e: Any) -> dict[str, Any]:
+    return {
+        "workflow_id": e.workflow_id,
+        "seq": e.seq,
+        "type": type_name(e.type),
+        "agent_id": e.agent_id,
+        "message": e.message,
+        "payload": json.loads(e.payload_json or "{}"),
+    }
 
 
 @dataclass
 class Backends:
     events: events_pb2_grpc.EventServiceAsyncStub
     tools: GrpcToolHost
+    planner: planner_pb2_grpc.PlannerServiceAsyncStub
+    ports: dict[str, int]
     channels: list[grpc.aio.Channel]
+    executors: list[GrpcService] = field(default_factory=list)
 
-    def run_manager(self, llm: LLM, max_iterations: int = 50) -> RunManager:
+    def run_manager(
+        self, llm: LLM, selector: ToolSelector | None = None, **overrides: Any
+    ) -> RunManager:
+        settings = replace(agent_defaults(), tool_timeout_seconds=10, **overrides)
         return RunManager(
             registry=GrpcWorkflowRegistry(self.events),
             sinks=lambda wf, tenant: GrpcEventSink(self.events, wf, tenant),
             tools=self.tools,
             llm=llm,
-            settings=AgentSettings(max_iterations=max_iterations, tool_timeout_seconds=10),
+            settings=settings,
+            commands=GrpcCommandSource(self.events),
+            selector=selector or GrpcToolSelector(self.planner),
         )
 
-    async def run_to_end(self, runs: RunManager, query: str) -> list[dict[str, Any]]:
-        """Start a run and read its whole log, as a subscriber would."""
-        workflow_id = await runs.start(RunRequest(query=query, tenant_id=TENANT))
+    async def serve(
+        self, runs: RunManager
+    ) -> tuple[executor_pb2_grpc.ExecutorServiceAsyncStub, int]:
+        """An ExecutorService on port 0 in front of `runs`: a client stub and the port."""
+        service = GrpcService(
+            name="executor",
+            service_names=[executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"].full_name],
+            register=lambda server: executor_pb2_grpc.add_ExecutorServiceServicer_to_server(
+                ExecutorServicer(runs, self.events), server
+            ),
+        )
+        port = await service.start("127.0.0.1", 0)
+        self.executors.append(service)
+        channel = open_channel(f"127.0.0.1:{port}")
+        self.channels.append(channel)
+        return executor_pb2_grpc.ExecutorServiceStub(channel), port
+
+    async def read_log(self, workflow_id: str) -> list[dict[str, Any]]:
+        """The whole log of a workflow, to its STREAM_END, as a subscriber reads it."""
         stream = self.events.Stream(
             events_pb2.StreamRequest(workflow_id=workflow_id, tenant_id=TENANT, from_seq=1)
         )
-        return [
-            {
-                "workflow_id": e.workflow_id,
-                "seq": e.seq,
-                "type": type_name(e.type),
-                "agent_id": e.agent_id,
-                "message": e.message,
-                "payload": json.loads(e.payload_json or "{}"),
-            }
-            async for e in stream
-        ]
+        return [as_dict(e) async for e in stream]
+
+    async def run_to_end(
+        self, runs: RunManager, query: str, **request: Any
+    ) -> list[dict[str, Any]]:
+        """Start a run and read its whole log."""
+        workflow_id = await runs.start(RunRequest(query=query, tenant_id=TENANT, **request))
+        return await self.read_log(workflow_id)
 
     async def workflow(self, workflow_id: str) -> events_pb2.Workflow:
         return await self.events.GetWorkflow(
@@ -65,23 +115,34 @@ class Backends:
         )
 
 
-@pytest.fixture
-async def backends(tmp_path: Path) -> AsyncIterator[Backends]:
-    settings = Settings(data_dir=tmp_path, database_url="", tool_timeout_seconds=10)
-    events_service = await build_events(settings)
-    tools_service = await build_tools(settings)
-    events_port = await events_service.start("127.0.0.1", 0)
-    tools_port = await tools_service.start("127.0.0.1", 0)
-    channels = [open_channel(f"127.0.0.1:{events_port}"), open_channel(f"127.0.0.1:{tools_port}")]
-    yield Backends(
+async def start_backends(data_dir: Path) -> tuple[Backends, list[GrpcService]]:
+    settings = Settings(data_dir=data_dir, database_url="", tool_timeout_seconds=10)
+    services = [await build_events(settings), await build_tools(settings)]
+    services.append(await build_planner(settings))
+    ports = {}
+    for name, service in zip(("events", "tools", "planner"), services, strict=True):
+        ports[name] = await service.start("127.0.0.1", 0)
+    channels = [open_channel(f"127.0.0.1:{ports[name]}") for name in ("events", "tools", "planner")]
+    backends = Backends(
         events=events_pb2_grpc.EventServiceStub(channels[0]),
         tools=GrpcToolHost(tools_pb2_grpc.ToolServiceStub(channels[1]), timeout_seconds=10),
+        planner=planner_pb2_grpc.PlannerServiceStub(channels[2]),
+        ports=ports,
         channels=channels,
     )
-    for channel in channels:
+    return backends, services
+
+
+@pytest.fixture
+async def backends(tmp_path: Path) -> AsyncIterator[Backends]:
+    started, services = await start_backends(tmp_path)
+    yield started
+    for executor in started.executors:
+        await executor.stop(0)
+    for channel in started.channels:
         await channel.close()
-    await tools_service.stop(0)
-    await events_service.stop(0)
+    for service in reversed(services):
+        await service.stop(0)
 
 
 @pytest.fixture
@@ -97,3 +158,7 @@ def types_of(events: list[dict[str, Any]]) -> list[str]:
 
 def first(events: list[dict[str, Any]], type_: str) -> dict[str, Any]:
     return next(e for e in events if e["type"] == type_)
+
+
+def of_type(events: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == type_]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from services.executor.synthesis import SYNTHESIZER_PROMPT
+from services.executor.engine.synthesis import SYNTHESIZER_PROMPT
 from shuttle.llm.demo import DemoModel
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import common_pb2
@@ -164,7 +164,9 @@ async def test_the_loop_stops_at_max_iterations_with_a_summary(
         tool_call("calculator", {"expression": "3+3"}, "c3"),
         text("Summary of partial work."),
     )
-    events = await backends.run_to_end(backends.run_manager(openai_model(model), 3), "Loop")
+    events = await backends.run_to_end(
+        backends.run_manager(openai_model(model), max_iterations=3), "Loop"
+    )
     assert sum(t == "TOOL_INVOKED" for t in types_of(events)) == 3
     draft = model.requests[-1]["messages"][1]["content"]
     assert "could not reach a final answer within the allowed number of steps" in draft

@@ -39,9 +39,9 @@ def test_console_runs_and_replays_a_task(auth_stack: AuthStack, browser_tools: P
         r"\d+ tokens \(\d+ in, \d+ out\) · \$0\.000000 · [\d.]+ s · 1 tool calls", result["usage"]
     )
     assert result["hash"] == "#" + result["workflowId"]
-    # Control is not built in the executor yet: the console shows the service's own words.
-    assert "501" in result["pauseToast"] and "Control" in result["pauseToast"]
-    assert "Interrupt" in result["interruptToast"]
+    # The task has finished, so control is refused: the console shows the service's own words.
+    assert result["pauseToast"] == "409: workflow is completed; it cannot be paused"
+    assert "409: Interrupt refused: workflow is completed" in result["interruptToast"]
     assert result["tasksListed"] >= 1
     assert result["answerAfterReload"] == "[demo model] 12*7 = 84"
     assert result["toolsAfterReload"] == 1

@@ -59,15 +59,16 @@ def test_task_detail_has_status_result_usage_and_cost(
 
 
 def test_control_routes_reach_the_executor(auth_stack: AuthStack, finished_a: str) -> None:
-    # The executor does not implement Control/Interrupt yet: the route passes its answer on.
+    # A finished workflow can no longer be controlled: the executor's FAILED_PRECONDITION
+    # comes back as 409 with its reason.
     with auth_stack.client(auth_stack.key_a) as client:
         for action in ("pause", "resume", "cancel"):
             reply = client.post(f"/api/v1/tasks/{finished_a}/{action}", json={"reason": "test"})
-            assert reply.status_code == 501, reply.text
-            assert "Control" in reply.json()["error"]["message"]
+            assert reply.status_code == 409, reply.text
+            assert "workflow is completed" in reply.json()["error"]["message"]
         interrupt = client.post(f"/api/v1/tasks/{finished_a}/interrupt", json={"message": "more"})
-        assert interrupt.status_code == 501
-        assert "Interrupt" in interrupt.json()["error"]["message"]
+        assert interrupt.status_code == 409
+        assert "no more messages" in interrupt.json()["error"]["message"]
         empty = client.post(f"/api/v1/tasks/{finished_a}/interrupt", json={"message": ""})
         assert empty.status_code == 400
         missing = client.post("/api/v1/tasks/wf-missing/pause")

@@ -72,7 +72,8 @@ def test_metrics_and_logs_describe_the_run(tmp_path: Path) -> None:
             method="/shuttle.v1.EventService/Append",
             code="OK",
         )
-        assert appends >= 10
+        # The executor batches its events: every Append carries at least one of them.
+        assert 1 <= appends <= len(frames)
         assert value(events, "shuttle_events_appended_total", type="TOOL_INVOKED") == 1
         assert value(events, "shuttle_events_appended_total", type="STREAM_END") == 1
         assert value(events, "shuttle_events_appended_total", type="THREAD_MESSAGE_DELTA") >= 1

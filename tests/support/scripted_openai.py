@@ -73,6 +73,8 @@ class ScriptedOpenAI:
 
     def __init__(self, handler: Handler | None = None) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.latency_seconds = 0.0
+        """How long every reply waits before it starts, like a real model's time to first token."""
         self._queue: deque[Reply] = deque()
         self._handler = handler
         self._lock = threading.Lock()
@@ -103,6 +105,8 @@ class ScriptedOpenAI:
     async def _completions(self, request: Request) -> Response:
         body = await request.json()
         reply = self._next_reply(body)
+        if self.latency_seconds:
+            await asyncio.sleep(self.latency_seconds)
         if reply.delay:
             await asyncio.sleep(reply.delay)
         if reply.status != 200:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from services.executor.engine.observations import model_observation
 from services.executor.ports import ToolOutcome
 from services.executor.reporter import clip
 from shuttle.llm.protocol import Message
@@ -28,7 +29,7 @@ class ToolStep:
 
 
 def trace_line(number: int, step: ToolStep) -> str:
-    observation = clip(step.outcome.observation, TRACE_RESULT_LIMIT)[0]
+    observation = clip(model_observation(step.outcome), TRACE_RESULT_LIMIT)[0]
     if not step.outcome.ok:
         observation = f"error: {observation}"
     return f"{number}. {step.name}({step.arguments_json}) → {observation}"
@@ -52,3 +53,20 @@ def fallback_answer(steps: Sequence[ToolStep]) -> str:
         "I could not reach a final answer within the allowed number of steps. "
         "Tools that ran:\n" + "\n".join(lines)
     )
+
+
+def budget_answer(steps: Sequence[ToolStep], budget: int, draft: str) -> str:
+    """What the user gets when the token budget ran out: whatever was found so far."""
+    lines = [f"The token budget of {budget} tokens was used up before the task was finished."]
+    if draft.strip():
+        lines.append(f"\n{draft.strip()}")
+    found = [s for s in steps if s.outcome.ok]
+    if found:
+        lines.append("\nWhat was found so far:")
+        lines += [
+            f"- {s.name}({s.arguments_json}): {clip(model_observation(s.outcome), 300)[0]}"
+            for s in found
+        ]
+    elif not draft.strip():
+        lines.append("Nothing was found before it ran out.")
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""One run's events, appended in order, in batches, and retried without loss or duplication.
+
+`emit` only queues: the engine never waits for the events service on its hot path. A single
+sender task appends whatever has queued up while the previous Append was in flight (group
+commit), so a burst of answer tokens costs a few Appends, not one each. Each batch carries the
+run's producer id and a batch number that grows by one; an outage is ridden out by resending
+the same batch, which the events service answers with the same seqs instead of a duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from services.executor.ports import EventDraft, EventSink, LogClosed, SinkUnavailable
+
+log = logging.getLogger(__name__)
+
+BACKOFF_FIRST_SECONDS = 0.05
+BACKOFF_MAX_SECONDS = 1.0
+# How far the queue may run ahead of the events service before `emit` waits for it.
+BACKLOG_BATCHES = 4
+
+
+class EmitterFailed(Exception):
+    """The events service stayed unreachable (or refused a batch); the run cannot report."""
+
+
+class EventEmitter:
+    def __init__(
+        self, sink: EventSink, *, batch_max: int = 256, retry_seconds: float = 30.0
+    ) -> None:
+        self._sink = sink
+        self._batch_max = batch_max
+        self._retry_seconds = retry_seconds
+        self._queue: list[EventDraft] = []
+        self._wakeup = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._sender: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        self._batch_seq = 0
+        self.last_seq = 0
+        """The highest seq the events service has given one of this run's events."""
+
+    async def emit(self, draft: EventDraft) -> None:
+        self._raise_failure()
+        self._queue.append(draft)
+        self._drained.clear()
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send_loop(), name="event-emitter")
+        self._wakeup.set()
+        if len(self._queue) >= self._batch_max * BACKLOG_BATCHES:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Wait until everything emitted so far is in the log."""
+        await self._drained.wait()
+        self._raise_failure()
+
+    async def close(self) -> None:
+        """Flush, then stop the sender."""
+        try:
+            await self.flush()
+        finally:
+            if self._sender is not None:
+                self._sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._sender
+                self._sender = None
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise EmitterFailed(f"events could not be appended: {self._failure}")
+
+    async def _send_loop(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self._queue:
+                batch = self._queue[: self._batch_max]
+                del self._queue[: self._batch_max]
+                self._batch_seq += 1
+                try:
+                    seqs = await self._send(batch, self._batch_seq)
+                except Exception as exc:
+                    self._failure = exc
+                    self._queue.clear()
+                    break
+                if seqs:
+                    self.last_seq = max(self.last_seq, *seqs)
+            self._drained.set()
+
+    async def _send(self, batch: list[EventDraft], batch_seq: int) -> list[int]:
+        deadline = time.monotonic() + self._retry_seconds
+        delay = BACKOFF_FIRST_SECONDS
+        while True:
+            try:
+                return list(await self._sink.append(batch, batch_seq))
+            except SinkUnavailable as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning(
+                    "events service unavailable, resending batch",
+                    extra={"batch_seq": batch_seq, "error": str(exc)},
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX_SECONDS)
+            except LogClosed:
+                # The events service may close a log itself after its terminal event.
+                if all(d.type == "STREAM_END" for d in batch):
+                    return []
+                raise

@@ -1,0 +1,35 @@
+"""The agent's message list, with the messages compaction must keep marked as pinned."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from shuttle.llm.protocol import Message
+
+
+@dataclass
+class Entry:
+    message: Message
+    pinned: bool = False
+
+
+@dataclass
+class Conversation:
+    entries: list[Entry] = field(default_factory=list)
+
+    def add(self, message: Message, *, pinned: bool = False) -> None:
+        self.entries.append(Entry(message, pinned))
+
+    def add_user(self, content: str, *, pinned: bool = False) -> None:
+        self.add({"role": "user", "content": content}, pinned=pinned)
+
+    def replace(self, entries: Iterable[Entry]) -> None:
+        self.entries = list(entries)
+
+    @property
+    def messages(self) -> list[Message]:
+        return [e.message for e in self.entries]
+
+    def __len__(self) -> int:
+        return len(self.entries)

@@ -1,0 +1,164 @@
+"""The two ways the loop talks to the model: native function calling and JSON actions.
+
+A mode turns a model response into a Decision and writes assistant messages and tool
+results into the conversation in the shape its protocol requires; the loop does the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from services.executor.engine.conversation import Conversation
+from services.executor.engine.json_actions import (
+    REFORMAT_PROMPT,
+    observation_message,
+    parse_action,
+    system_prompt,
+)
+from services.executor.engine.observations import model_observation
+from services.executor.ports import ToolDefinition, ToolOutcome
+from shuttle.llm.protocol import ChatResult, Message, ToolSchema
+
+NATIVE_SYSTEM_PROMPT = (
+    "You are a capable assistant that solves the user's task step by step. "
+    "Call the available tools when they help; never guess what a tool would return. "
+    "When you have what you need, reply with your answer and no tool call."
+)
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    call_id: str
+    name: str
+    arguments_json: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    calls: tuple[ToolRequest, ...]
+    """Empty: the model wants to finish with `answer`."""
+    answer: str
+    reasoning: str
+    parse_failed: bool = False
+
+    @property
+    def next_action(self) -> str:
+        if self.parse_failed:
+            return "reformat"
+        return "invoke_tool" if self.calls else "final_answer"
+
+
+class Mode(Protocol):
+    name: str
+    drains_after_assistant: bool
+    """JSON mode takes interrupts right after each assistant message; native mode only after
+    the tool results, since `tool` messages must follow their assistant message directly."""
+
+    def system_prompt(self, tools: Sequence[ToolDefinition]) -> str: ...
+
+    def tool_schemas(self, tools: Sequence[ToolDefinition]) -> list[ToolSchema]: ...
+
+    def decide(self, response: ChatResult) -> Decision: ...
+
+    def record_assistant(self, conversation: Conversation, response: ChatResult) -> None: ...
+
+    def record_parse_failure(self, conversation: Conversation, response: ChatResult) -> None: ...
+
+    def record_results(
+        self,
+        conversation: Conversation,
+        calls: Sequence[ToolRequest],
+        outcomes: Sequence[ToolOutcome],
+    ) -> None: ...
+
+
+class NativeMode:
+    name = "native"
+    drains_after_assistant = False
+
+    def system_prompt(self, tools: Sequence[ToolDefinition]) -> str:
+        return NATIVE_SYSTEM_PROMPT
+
+    def tool_schemas(self, tools: Sequence[ToolDefinition]) -> list[ToolSchema]:
+        return [d.as_openai_tool() for d in tools]
+
+    def decide(self, response: ChatResult) -> Decision:
+        calls = tuple(ToolRequest(c.id, c.name, c.arguments) for c in response.tool_calls)
+        reasoning = response.content or response.reasoning_content
+        return Decision(calls, "" if calls else response.content, reasoning)
+
+    def record_assistant(self, conversation: Conversation, response: ChatResult) -> None:
+        message: Message = {"role": "assistant", "content": response.content or None}
+        if response.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in response.tool_calls
+            ]
+        else:
+            message["content"] = response.content
+        conversation.add(message)
+
+    def record_parse_failure(self, conversation: Conversation, response: ChatResult) -> None:
+        raise AssertionError("native responses are structured by the API")
+
+    def record_results(
+        self,
+        conversation: Conversation,
+        calls: Sequence[ToolRequest],
+        outcomes: Sequence[ToolOutcome],
+    ) -> None:
+        for call, outcome in zip(calls, outcomes, strict=True):
+            conversation.add(
+                {
+                    "role": "tool",
+                    "tool_call_id": call.call_id,
+                    "content": model_observation(outcome),
+                }
+            )
+
+
+class JsonMode:
+    name = "json"
+    drains_after_assistant = True
+
+    def __init__(self) -> None:
+        self._calls = 0
+
+    def system_prompt(self, tools: Sequence[ToolDefinition]) -> str:
+        return system_prompt(tools)
+
+    def tool_schemas(self, tools: Sequence[ToolDefinition]) -> list[ToolSchema]:
+        return []
+
+    def decide(self, response: ChatResult) -> Decision:
+        action = parse_action(response.content)
+        if action is None:
+            return Decision((), response.content, response.reasoning_content, parse_failed=True)
+        reasoning = action.reasoning or response.reasoning_content
+        if action.type == "final_answer":
+            return Decision((), action.answer, reasoning)
+        self._calls += 1
+        call = ToolRequest(f"call_json_{self._calls}", action.tool_name, action.arguments_json)
+        return Decision((call,), "", reasoning)
+
+    def record_assistant(self, conversation: Conversation, response: ChatResult) -> None:
+        conversation.add({"role": "assistant", "content": response.content})
+
+    def record_parse_failure(self, conversation: Conversation, response: ChatResult) -> None:
+        conversation.add({"role": "assistant", "content": response.content})
+        conversation.add_user(REFORMAT_PROMPT)
+
+    def record_results(
+        self,
+        conversation: Conversation,
+        calls: Sequence[ToolRequest],
+        outcomes: Sequence[ToolOutcome],
+    ) -> None:
+        for call, outcome in zip(calls, outcomes, strict=True):
+            conversation.add_user(observation_message(call.name, model_observation(outcome)))

@@ -1,0 +1,27 @@
+"""What one run of the agent carries and returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.executor.engine.synthesis import ToolStep
+from shuttle.llm.protocol import TokenUsage
+
+
+@dataclass(frozen=True)
+class RunContext:
+    workflow_id: str
+    tenant_id: str
+    agent_id: str = "agent-main"
+
+
+@dataclass
+class AgentResult:
+    answer: str
+    iterations: int
+    usage: TokenUsage
+    steps: list[ToolStep] = field(default_factory=list)
+    duration_ms: int = 0
+    budget_exceeded: bool = False
+    interrupted: bool = False
+    """Whether any user interrupt was injected."""

@@ -1,0 +1,66 @@
+"""Runs one response's tool calls concurrently and reports each as it starts and ends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Sequence
+
+from services.executor.engine.modes import ToolRequest
+from services.executor.engine.state import RunContext
+from services.executor.ports import ToolHost, ToolInvocation, ToolOutcome
+from services.executor.reporter import RunReporter
+
+log = logging.getLogger(__name__)
+
+
+class ToolRunner:
+    def __init__(
+        self,
+        tools: ToolHost,
+        reporter: RunReporter,
+        ctx: RunContext,
+        offered: Collection[str],
+        timeout_seconds: float,
+    ) -> None:
+        self._tools = tools
+        self._reporter = reporter
+        self._ctx = ctx
+        self._offered = set(offered)
+        self._timeout = timeout_seconds
+
+    async def run_batch(self, iteration: int, calls: Sequence[ToolRequest]) -> list[ToolOutcome]:
+        """Outcomes in the order of `calls`."""
+        if len(calls) == 1:
+            return [await self._run(iteration, calls[0])]
+        return list(await asyncio.gather(*(self._run(iteration, c) for c in calls)))
+
+    async def _run(self, iteration: int, call: ToolRequest) -> ToolOutcome:
+        agent_id = self._ctx.agent_id
+        await self._reporter.tool_invoked(
+            agent_id, iteration, call.call_id, call.name, call.arguments_json, self._timeout
+        )
+        outcome = await self._execute(call)
+        await self._reporter.tool_observation(agent_id, iteration, call.call_id, call.name, outcome)
+        return outcome
+
+    async def _execute(self, call: ToolRequest) -> ToolOutcome:
+        if call.name not in self._offered:
+            available = ", ".join(sorted(self._offered)) or "none"
+            message = f"Unknown tool {call.name!r}. Available tools: {available}."
+            return ToolOutcome(observation=message, error=f"unknown tool {call.name!r}")
+        invocation = ToolInvocation(
+            self._ctx.workflow_id,
+            self._ctx.tenant_id,
+            self._ctx.agent_id,
+            call.call_id,
+            call.name,
+            call.arguments_json,
+        )
+        try:
+            return await self._tools.execute(invocation)
+        except Exception as exc:
+            # A tool host that breaks its contract still must not end the run.
+            log.exception("tool host raised", extra={"workflow_id": self._ctx.workflow_id})
+            message = f"tool {call.name} failed: {type(exc).__name__}: {exc}"
+            return ToolOutcome(observation=message, error=message)

@@ -1,0 +1,1 @@
+"""Small policy objects the ReAct loop consults: guards, context, interrupts, budget, control."""

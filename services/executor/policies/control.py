@@ -1,0 +1,79 @@
+"""Pause, resume and cancel as the owning run sees them, acted on at checkpoints.
+
+Commands arrive as log events (WORKFLOW_PAUSING, WORKFLOW_RESUMED, WORKFLOW_CANCELLING) from
+any replica, possibly twice (the log follower and the local shortcut) and possibly out of
+order; the state is a function of the latest pause/resume by seq, and cancel is final.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+CONTROL_EVENT_TYPES = ("WORKFLOW_PAUSING", "WORKFLOW_RESUMED", "WORKFLOW_CANCELLING")
+
+
+class RunCancelled(Exception):
+    def __init__(self, checkpoint: str, reason: str) -> None:
+        super().__init__(f"cancelled at {checkpoint}: {reason}")
+        self.checkpoint = checkpoint
+        self.reason = reason
+
+
+class PauseReporter(Protocol):
+    @property
+    def last_seq(self) -> int: ...
+
+    async def workflow_paused(self, checkpoint: str) -> None: ...
+
+    async def workflow_resumed(self, reason: str) -> None: ...
+
+    async def flush(self) -> None: ...
+
+
+class RunControl:
+    def __init__(self) -> None:
+        self._pause_seq = 0
+        self._resume_seq = 0
+        self._cancel_reason: str | None = None
+        self._changed = asyncio.Event()
+
+    def apply(self, seq: int, event_type: str, reason: str = "") -> None:
+        if event_type == "WORKFLOW_PAUSING":
+            self._pause_seq = max(self._pause_seq, seq)
+        elif event_type == "WORKFLOW_RESUMED":
+            self._resume_seq = max(self._resume_seq, seq)
+        elif event_type == "WORKFLOW_CANCELLING" and self._cancel_reason is None:
+            self._cancel_reason = reason or "cancelled by request"
+        else:
+            return
+        self._changed.set()
+
+    @property
+    def pause_requested(self) -> bool:
+        return self._pause_seq > self._resume_seq
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel_reason is not None
+
+    async def checkpoint(self, where: str, reporter: PauseReporter) -> None:
+        """Return when the run may go on; raise RunCancelled when it must stop."""
+        self._raise_if_cancelled(where)
+        if not self.pause_requested:
+            return
+        await reporter.workflow_paused(where)
+        await reporter.flush()
+        paused_at = reporter.last_seq
+        while self.pause_requested and not self.cancel_requested:
+            self._changed.clear()
+            await self._changed.wait()
+        self._raise_if_cancelled(where)
+        if self._resume_seq < paused_at:
+            # The resume was logged before our WORKFLOW_PAUSED: say again that we are running,
+            # or the workflow's status would stay "paused".
+            await reporter.workflow_resumed("resumed before the pause took effect")
+
+    def _raise_if_cancelled(self, where: str) -> None:
+        if self._cancel_reason is not None:
+            raise RunCancelled(where, self._cancel_reason)

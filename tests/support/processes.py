@@ -1,0 +1,59 @@
+"""One more Shuttle service process beside in-process services (e.g. a second executor)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from shuttle.settings import child_environment
+from tests.support.stack import free_ports
+
+
+def start_service_process(
+    service: str, env: dict[str, str], log_path: Path, timeout_seconds: float = 30
+) -> tuple[subprocess.Popen[bytes], int]:
+    """`python -m services.<service>` on a free port, once its health check says SERVING."""
+    (port,) = free_ports(1)
+    variables = {
+        f"SHUTTLE_{service.upper()}_PORT": str(port),
+        "SHUTTLE_LOG_FORMAT": "text",
+        "OTEL_TRACES_EXPORTER": "none",
+        **env,
+    }
+    log = log_path.open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", f"services.{service}"],
+        env=child_environment(variables),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + timeout_seconds
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{service} exited early: {log_path.read_text()[-2000:]}")
+            try:
+                reply = health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return process, port
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"{service} did not become healthy: {log_path.read_text()}")
+            time.sleep(0.1)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> int | None:
+    process.terminate()
+    try:
+        return process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait(timeout=5)
