@@ -89,6 +89,7 @@ async def open_stream(
     from_seq: int,
     types: list[common_pb2.EventType.ValueType],
     render: Frames,
+    dialect: str = "typed",
 ) -> EventSourceResponse:
     # Check before answering 200, so a wrong id is a JSON 404 and not an empty stream.
     await require_workflow(clients, tenant, workflow_id)
@@ -103,7 +104,7 @@ async def open_stream(
         # A client that disconnects cancels this generator and with it the gRPC stream;
         # the run itself is untouched.
         first = True
-        SSE_CONNECTIONS.labels("typed").inc()
+        SSE_CONNECTIONS.labels(dialect).inc()
         try:
             async for event in call:
                 for frame in render(event):
@@ -114,7 +115,7 @@ async def open_stream(
             error = {"error": {"code": exc.code().name.lower(), "message": exc.details()}}
             yield ServerSentEvent(data=json.dumps(error), event="error")
         finally:
-            SSE_CONNECTIONS.labels("typed").dec()
+            SSE_CONNECTIONS.labels(dialect).dec()
             call.cancel()
 
     return EventSourceResponse(frames(), ping=PING_SECONDS, headers=SSE_HEADERS)
@@ -155,7 +156,7 @@ async def stream_task(
     tenant = tenant_for_workflow(caller, workflow_id)
     from_seq = resume_point(last_event_id_header, last_event_id)
     render = fim_frames() if dialect == "fim" else typed_frames
-    return await open_stream(clients, tenant, workflow_id, from_seq, [], render)
+    return await open_stream(clients, tenant, workflow_id, from_seq, [], render, dialect)
 
 
 class TicketRequest(BaseModel):
