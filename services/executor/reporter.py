@@ -9,6 +9,7 @@ from typing import Any
 from services.executor.emitter import EventEmitter
 from services.executor.ports import EventDraft, ToolOutcome
 from shuttle.llm.protocol import ChatResult, RecoveryNotice, RetryNotice, TokenUsage
+from shuttle.llm.retry_events import recovery_entry, retry_entry
 
 
 def clip(text: str, limit: int) -> tuple[str, bool]:
@@ -111,33 +112,11 @@ class RunReporter:
 
     async def llm_retry(self, agent_id: str, notice: RetryNotice) -> None:
         """A model call failed and will be tried again."""
-        await self.error(
-            notice.error_type,
-            notice.message,
-            fatal=False,
-            agent_id=agent_id,
-            extra={
-                "retry_count": notice.retry_count,
-                "max_retries": notice.max_retries,
-                "retry_after": notice.retry_after,
-                "delay_ms": int(notice.delay_seconds * 1000),
-                "model": notice.model,
-            },
-        )
+        await self._emit(*retry_entry(notice), agent_id)
 
     async def llm_recovery(self, agent_id: str, notice: RecoveryNotice) -> None:
         """How the retried model call went."""
-        payload = {
-            "error_type": notice.error_type,
-            "recovery_action": "retry",
-            "attempt": notice.attempt,
-            "max_attempts": notice.max_attempts,
-            "success": notice.success,
-            "model": notice.model,
-        }
-        outcome = "succeeded" if notice.success else "failed"
-        message = f"LLM retry {notice.attempt}/{notice.max_attempts} {outcome}"
-        await self._emit("ERROR_RECOVERY", message, payload, agent_id)
+        await self._emit(*recovery_entry(notice), agent_id)
 
     async def stream_end(self) -> None:
         await self._emit("STREAM_END", "Stream ended", {})

@@ -8,6 +8,7 @@ from typing import Protocol
 
 import grpc
 
+from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,9 @@ class Route:
 
 
 class Router(Protocol):
-    async def route(self, workflow_id: str, query: str, requested_mode: str) -> Route:
+    async def route(
+        self, workflow_id: str, query: str, requested_mode: str, tenant_id: str = ""
+    ) -> Route:
         """The user's mode when they forced one, else the planner's estimate."""
         ...
 
@@ -34,12 +37,16 @@ class GrpcRouter:
     def __init__(self, stub: planner_pb2_grpc.PlannerServiceAsyncStub) -> None:
         self._stub = stub
 
-    async def route(self, workflow_id: str, query: str, requested_mode: str) -> Route:
+    async def route(
+        self, workflow_id: str, query: str, requested_mode: str, tenant_id: str = ""
+    ) -> Route:
         if requested_mode in MODES:
             return Route(requested_mode, 0.0)
         try:
             reply = await self._stub.Route(
-                planner_pb2.RouteRequest(workflow_id=workflow_id, query=query), timeout=30
+                planner_pb2.RouteRequest(workflow_id=workflow_id, query=query),
+                timeout=30,
+                metadata=tenant_metadata(tenant_id),
             )
         except grpc.aio.AioRpcError as exc:
             log.info("routing unavailable, using STANDARD: %s", exc.details())

@@ -141,7 +141,9 @@ class RunManager:
         log.info("run started")
         try:
             route = (
-                await self._router.route(workflow_id, request.query, request.mode)
+                await self._router.route(
+                    workflow_id, request.query, request.mode, request.tenant_id
+                )
                 if self._router is not None
                 else Route(request.mode or "STANDARD", 0.0)
             )

@@ -12,6 +12,7 @@ from jsonschema.exceptions import SchemaError
 
 from services.planner.analysis import StepOutcome, analyze_plan
 from services.planner.planning import make_plan
+from services.planner.retry_log import WorkflowLog, WorkflowRetryObserver
 from services.planner.routing import Mode, route
 from services.planner.selection import ToolInfo, select_tools
 from services.planner.structured import (
@@ -19,6 +20,7 @@ from services.planner.structured import (
     StructuredOutputError,
     structured_llm_call,
 )
+from shuttle.grpc_client import TENANT_METADATA_KEY
 from shuttle.grpc_server import Context
 from shuttle.llm.factory import ModelRegistry
 from shuttle.llm.protocol import LLM, ContextOverflowError, Message, TokenUsage
@@ -97,14 +99,22 @@ def _tools(summaries: Sequence[planner_pb2.ToolSummary]) -> list[ToolInfo]:
 
 
 class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
-    def __init__(self, models: ModelRegistry) -> None:
+    def __init__(self, models: ModelRegistry, workflow_log: WorkflowLog | None = None) -> None:
         self._models = models
+        self._log = workflow_log
 
-    async def _model(self, context: Context, role: str) -> LLM:
+    async def _model(self, context: Context, role: str, workflow_id: str) -> LLM:
+        """The role's model; its retries go on the workflow's log when the caller named the
+        workflow and its tenant (gRPC metadata)."""
         try:
-            return self._models.for_role(role)
+            model = self._models.for_role(role)
         except ValueError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"model_role: {exc}")
+        metadata = {key: value for key, value in context.invocation_metadata() or ()}
+        tenant = str(metadata.get(TENANT_METADATA_KEY, ""))
+        if self._log is None or not workflow_id or not tenant:
+            return model
+        return model.with_observer(WorkflowRetryObserver(self._log, workflow_id, tenant))
 
     async def StructuredCall(
         self, request: planner_pb2.StructuredCallRequest, context: Context
@@ -122,7 +132,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
                     raise ValueError(f"default_value_json is not valid JSON: {exc}") from None
         except ValueError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        llm = await self._model(context, request.model_role)
+        llm = await self._model(context, request.model_role, request.workflow_id)
         try:
             result = await structured_llm_call(
                 llm,
@@ -146,7 +156,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         self, request: planner_pb2.SelectToolsRequest, context: Context
     ) -> planner_pb2.SelectToolsResponse:
         selection = await select_tools(
-            self._models.for_role("fast"),
+            await self._model(context, "fast", request.workflow_id),
             request.query,
             _tools(request.tools),
             pinned=list(request.pinned),
@@ -165,7 +175,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "query must not be empty")
         try:
             outcome = await make_plan(
-                self._models.for_role("reasoning"),
+                await self._model(context, "reasoning", request.workflow_id),
                 request.query,
                 _tools(request.tools),
                 request.context,
@@ -198,7 +208,9 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "query must not be empty")
         results = [StepOutcome(r.step_id, r.task, r.result, r.failed) for r in request.results]
         try:
-            outcome = await analyze_plan(self._models.default, request.query, results)
+            outcome = await analyze_plan(
+                await self._model(context, "general", request.workflow_id), request.query, results
+            )
         except ContextOverflowError as exc:
             await _abort(context, grpc.StatusCode.OUT_OF_RANGE, str(exc))
         except StructuredOutputError as exc:
@@ -217,7 +229,9 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
     ) -> planner_pb2.RouteResponse:
         if not request.query.strip():
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "query must not be empty")
-        decision = await route(self._models.for_role("fast"), request.query)
+        decision = await route(
+            await self._model(context, "fast", request.workflow_id), request.query
+        )
         return planner_pb2.RouteResponse(
             mode=_MODES[decision.mode],
             estimated_complexity=decision.estimated_complexity,
