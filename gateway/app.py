@@ -15,13 +15,14 @@ from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.middleware.cors import CORSMiddleware
 
-from gateway import control, openai_compat, stream, tasks
+from gateway import control, openai_compat, sessions, stream, tasks
 from gateway.backends import Backends
 from gateway.db import create_engine, create_schema
 from gateway.errors import install_error_handlers
 from gateway.grpc_web import GrpcWebProxy
 from gateway.keys import KeyStore
 from gateway.ratelimit import RateLimiter
+from gateway.session_store import SessionStore
 from gateway.task_index import TaskIndex
 from gateway.tickets import TicketSigner
 from shuttle.settings import Settings
@@ -57,6 +58,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
         await create_schema(engine)
         app.state.keys = KeyStore(engine)
         app.state.task_index = TaskIndex(engine)
+        app.state.sessions = SessionStore(engine)
         app.state.backends = backends or Backends.connect(settings)
         if generated:
             log.info(
@@ -90,6 +92,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
             max_age=600,
         )
     app.include_router(tasks.router)
+    app.include_router(sessions.router)
     app.include_router(stream.router)
     app.include_router(control.router)
     app.include_router(openai_compat.router)

@@ -1,4 +1,4 @@
-"""The gateway's own tables (API keys, submitted tasks) in the shared SQL database.
+"""The gateway's own tables (API keys, submitted tasks, sessions) in the shared SQL database.
 
 Created at start-up from this metadata; they are to join the project's migrations once
 those exist.
@@ -9,8 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     DateTime,
+    Float,
+    Index,
     Integer,
     MetaData,
     String,
@@ -49,6 +52,37 @@ tasks = Table(
     Column("query", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, index=True),
     UniqueConstraint("tenant_id", "idempotency_key", name="uq_gateway_tasks_idempotency"),
+)
+
+# Conversations: a session per (tenant, id), its turns in order. A turn imported from an
+# OpenAI-style message list has no workflow.
+sessions = Table(
+    "gateway_sessions",
+    metadata,
+    Column("tenant_id", String(128), primary_key=True),
+    Column("session_id", String(128), primary_key=True),
+    Column("title", String(200), nullable=False, default=""),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, index=True),
+)
+
+session_turns = Table(
+    "gateway_session_turns",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("tenant_id", String(128), nullable=False),
+    Column("session_id", String(128), nullable=False),
+    Column("workflow_id", String(128), nullable=True, index=True),
+    Column("user_message", Text, nullable=False),
+    # NULL until the run ended (filled from the workflow's outcome when next read).
+    Column("answer", Text, nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("input_tokens", BigInteger, nullable=False, default=0),
+    Column("output_tokens", BigInteger, nullable=False, default=0),
+    Column("total_tokens", BigInteger, nullable=False, default=0),
+    Column("cost_usd", Float, nullable=False, default=0.0),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_gateway_session_turns_session", "tenant_id", "session_id", "id"),
 )
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000

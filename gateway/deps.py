@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 
 from gateway.backends import Backends
 from gateway.errors import ApiError
+from gateway.session_store import SessionStore
 from gateway.task_index import TaskIndex
 from shuttle.envelope import type_value
 from shuttle.v1 import common_pb2
@@ -23,8 +24,14 @@ def task_index_of(request: Request) -> TaskIndex:
     return index
 
 
+def sessions_of(request: Request) -> SessionStore:
+    store: SessionStore = request.app.state.sessions
+    return store
+
+
 Clients = Annotated[Backends, Depends(backends_of)]
 Index = Annotated[TaskIndex, Depends(task_index_of)]
+Sessions = Annotated[SessionStore, Depends(sessions_of)]
 
 
 def status_name(value: int) -> str:

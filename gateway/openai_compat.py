@@ -1,8 +1,10 @@
 """The OpenAI-compatible face: a task run as a chat completion, streamed or not.
 
-The last user message is the task; `model` is `shuttle-auto` (the configured default) or a
-model the registry lists. Every reply carries the workflow id in `shuttle_workflow_id`, a
-field OpenAI clients ignore, so a caller can follow the run on the task API too.
+The last user message is the task; the messages before it open a new session as its earlier
+turns. `model` is `shuttle-auto` (the configured default) or a model the registry lists.
+Every reply carries the workflow id in `shuttle_workflow_id` and the session in
+`shuttle_session_id`, fields OpenAI clients ignore, so a caller can follow the run on the
+task and session APIs too.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from gateway.backends import Backends, tenant_metadata
-from gateway.deps import Clients, Index
+from gateway.deps import Clients, Index, Sessions
 from gateway.errors import ApiError
 from gateway.submit import TaskSpec, submit
 from gateway.tenancy import CallerDep
@@ -70,12 +72,20 @@ def task_of(body: ChatCompletionRequest, settings: Settings) -> TaskSpec:
             "model_not_found",
             f"model {body.model!r} does not exist; GET /v1/models lists the available ones",
         )
-    users = [m for m in body.messages if m.role == "user"]
-    query = _text(users[-1].content).strip() if users else ""
+    last = max((i for i, m in enumerate(body.messages) if m.role == "user"), default=-1)
+    query = _text(body.messages[last].content).strip() if last >= 0 else ""
     if not query:
         raise ApiError(400, "invalid_request", "messages: a non-empty user message is required")
     model = "" if body.model == AUTO_MODEL else body.model
-    return TaskSpec(query=query, model=model)
+    # The messages before the last user message become the new session's earlier turns.
+    # System, developer and tool messages are not carried: the agent has its own system
+    # prompt and runs its own tools.
+    earlier = tuple(
+        (m.role, text)
+        for m in body.messages[:last]
+        if m.role in ("user", "assistant") and (text := _text(m.content).strip())
+    )
+    return TaskSpec(query=query, model=model, earlier=earlier)
 
 
 @router.get("/models")
@@ -115,17 +125,23 @@ def _usage(payload: dict[str, Any]) -> dict[str, int]:
 
 @router.post("/chat/completions")
 async def chat_completions(
-    body: ChatCompletionRequest, caller: CallerDep, clients: Clients, index: Index, request: Request
+    body: ChatCompletionRequest,
+    caller: CallerDep,
+    clients: Clients,
+    index: Index,
+    sessions: Sessions,
+    request: Request,
 ) -> Any:
     """Run the last user message as a task and answer as a chat completion."""
     spec = task_of(body, request.app.state.settings)
-    started = await submit(clients, index, caller.tenant_id, caller.key_id, spec)
+    started = await submit(clients, index, sessions, caller.tenant_id, caller.key_id, spec)
     workflow_id = started.workflow_id
     base = {
         "id": f"chatcmpl-{workflow_id}",
         "created": int(time.time()),
         "model": body.model,
         "shuttle_workflow_id": workflow_id,
+        "shuttle_session_id": started.session_id,
     }
     events = _events(clients, caller.tenant_id, workflow_id)
     if body.stream:

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.backends import Backends, tenant_metadata
+from gateway.conversations import settled_turns
 from gateway.errors import ApiError
+from gateway.session_store import SessionStore, history_of
 from gateway.task_index import KeyInFlightError, KeyReuseError, TaskIndex, request_hash
 from shuttle.v1 import common_pb2, executor_pb2
 
@@ -26,6 +28,9 @@ class TaskSpec:
     model: str = ""
     budget_tokens: int = 0
     context: dict[str, Any] = field(default_factory=dict)
+    earlier: tuple[tuple[str, str], ...] = ()
+    """Earlier (role, content) messages the caller sent along (OpenAI style): they open a
+    new session as its first turns instead of joining a stored one."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -35,6 +40,7 @@ class TaskSpec:
             "model": self.model,
             "budget_tokens": self.budget_tokens,
             "context": self.context,
+            "earlier": [list(pair) for pair in self.earlier],
         }
 
 
@@ -44,11 +50,13 @@ class Submitted:
     status: int
     replayed: bool
     """True when an earlier request with the same Idempotency-Key started this workflow."""
+    session_id: str = ""
 
 
 async def submit(
     backends: Backends,
     index: TaskIndex,
+    sessions: SessionStore,
     tenant_id: str,
     owner: str,
     spec: TaskSpec,
@@ -71,13 +79,22 @@ async def submit(
             "a request with this Idempotency-Key is still starting its task; retry shortly",
         ) from None
     if reservation.workflow_id is not None:
-        return Submitted(reservation.workflow_id, common_pb2.WORKFLOW_STATUS_PENDING, True)
+        session_id = await sessions.session_of(tenant_id, reservation.workflow_id)
+        return Submitted(
+            reservation.workflow_id, common_pb2.WORKFLOW_STATUS_PENDING, True, session_id
+        )
     assert reservation.row_id is not None
+    try:
+        session_id, history = await _join_session(backends, sessions, tenant_id, spec)
+    except BaseException:
+        await index.release(reservation.row_id)
+        raise
     request = executor_pb2.StartRunRequest(
         query=spec.query,
         tenant_id=tenant_id,
         owner=owner,
-        session_id=spec.session_id,
+        session_id=session_id,
+        history=[common_pb2.ChatMessage(role=role, content=text) for role, text in history],
         mode=MODES[spec.mode.lower()] if spec.mode else common_pb2.MODE_UNSPECIFIED,
         model=spec.model,
         budget_tokens=spec.budget_tokens,
@@ -89,4 +106,34 @@ async def submit(
         await index.release(reservation.row_id)
         raise
     await index.complete(reservation.row_id, started.workflow_id)
-    return Submitted(started.workflow_id, started.status, False)
+    await sessions.add_turn(tenant_id, session_id, spec.query, workflow_id=started.workflow_id)
+    return Submitted(started.workflow_id, started.status, False, session_id)
+
+
+async def _join_session(
+    backends: Backends, sessions: SessionStore, tenant_id: str, spec: TaskSpec
+) -> tuple[str, list[tuple[str, str]]]:
+    """The run's session (created on first use, or new without an id) and its history."""
+    if spec.earlier:
+        session_id = await sessions.open(tenant_id, "", spec.earlier[0][1])
+        for user, answer in _pairs(spec.earlier):
+            await sessions.add_turn(tenant_id, session_id, user, answer=answer)
+    else:
+        session_id = await sessions.open(tenant_id, spec.session_id, spec.query)
+    turns = await settled_turns(sessions, backends, tenant_id, session_id)
+    return session_id, history_of(turns)
+
+
+def _pairs(messages: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+    """Messages as (user, assistant) turns; consecutive messages of one role are joined."""
+    turns: list[tuple[str, str]] = []
+    user: list[str] = []
+    answer: list[str] = []
+    for role, text in messages:
+        if role == "user" and answer:
+            turns.append(("\n\n".join(user), "\n\n".join(answer)))
+            user, answer = [], []
+        (user if role == "user" else answer).append(text)
+    if user or answer:
+        turns.append(("\n\n".join(user), "\n\n".join(answer)))
+    return turns

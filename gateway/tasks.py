@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from gateway.backends import Backends, tenant_metadata
-from gateway.deps import Clients, Index, parse_types, status_name
+from gateway.deps import Clients, Index, Sessions, parse_types, status_name
 from gateway.errors import ApiError
 from gateway.submit import TaskSpec, submit
 from gateway.tenancy import CallerDep
@@ -45,6 +45,7 @@ class TaskCreated(BaseModel):
     task_id: str
     status: str
     stream_url: str
+    session_id: str
 
 
 @router.post(
@@ -62,6 +63,7 @@ async def create_task(
     caller: CallerDep,
     clients: Clients,
     index: Index,
+    sessions: Sessions,
     idempotency_key: Annotated[
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
     ] = None,
@@ -77,7 +79,9 @@ async def create_task(
         budget_tokens=body.budget_tokens or 0,
         context=body.context or {},
     )
-    done = await submit(clients, index, caller.tenant_id, caller.key_id, spec, idempotency_key)
+    done = await submit(
+        clients, index, sessions, caller.tenant_id, caller.key_id, spec, idempotency_key
+    )
     status = done.status
     if done.replayed:
         status = (await _workflow(clients, caller.tenant_id, done.workflow_id)).status
@@ -86,6 +90,7 @@ async def create_task(
         task_id=done.workflow_id,
         status=status_name(status),
         stream_url=f"/api/v1/stream/sse?workflow_id={done.workflow_id}",
+        session_id=done.session_id,
     )
     headers = {"Location": f"/api/v1/tasks/{done.workflow_id}"}
     if done.replayed:

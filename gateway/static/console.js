@@ -3,7 +3,7 @@
   "use strict";
   const $ = (id) => document.getElementById(id);
   const md = window.ShuttleMarkdown;
-  const state = { auth: "off", key: localStorage.getItem("shuttle.apiKey") || "", wf: null, source: null, lastSeq: 0, answer: "", tools: {}, ended: false };
+  const state = { auth: "off", key: localStorage.getItem("shuttle.apiKey") || "", wf: null, source: null, lastSeq: 0, answer: "", tools: {}, ended: false, session: "" };
 
   function headers(extra) {
     const h = Object.assign({}, extra || {});
@@ -144,14 +144,43 @@
         " <span class=\"status " + esc(t.status) + "\">" + esc(t.status) + "</span></a></li>").join("");
     } catch (err) { /* no key yet */ }
   }
+  async function loadSessions() {
+    try {
+      const data = await api("GET", "/api/v1/sessions?limit=20");
+      $("sessions").innerHTML = data.sessions.map((s) => "<li><a href=\"#\" data-session=\"" + esc(s.session_id) +
+        "\" data-title=\"" + esc(s.title) + "\">" + esc(s.title || s.session_id) + "</a></li>").join("");
+    } catch (err) { /* no key yet */ }
+  }
+  // The next task joins this session, so the agent sees the conversation so far.
+  function continueSession(id, title) {
+    state.session = id;
+    $("session-note").hidden = !id;
+    $("session-title").textContent = title || id || "";
+  }
+  $("sessions").addEventListener("click", async (ev) => {
+    const link = ev.target.closest("a[data-session]");
+    if (!link) return;
+    ev.preventDefault();
+    continueSession(link.dataset.session, link.dataset.title);
+    try {
+      const session = await api("GET", "/api/v1/sessions/" + encodeURIComponent(link.dataset.session));
+      const last = session.turns.filter((t) => t.workflow_id).pop();
+      if (last) watch(last.workflow_id);
+    } catch (err) { toast(err.message); }
+  });
+  $("new-session").addEventListener("click", () => continueSession("", ""));
   $("task-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const query = $("query").value.trim();
     if (!query) return;
     try {
-      const created = await api("POST", "/api/v1/tasks", { query: query });
+      const body = { query: query };
+      if (state.session) body.session_id = state.session;
+      const created = await api("POST", "/api/v1/tasks", body);
+      continueSession(created.session_id, state.session ? $("session-title").textContent : query);
       watch(created.workflow_id);
       loadTasks();
+      loadSessions();
     } catch (err) { toast(err.message); }
   });
   document.querySelectorAll(".controls button").forEach((b) => b.addEventListener("click", () => {
@@ -170,6 +199,7 @@
     state.key = $("api-key").value.trim();
     localStorage.setItem("shuttle.apiKey", state.key);
     loadTasks();
+    loadSessions();
     if (state.wf) watch(state.wf);
   });
   window.addEventListener("hashchange", () => { const wf = location.hash.slice(1); if (wf && wf !== state.wf) watch(wf); });
@@ -179,6 +209,7 @@
     if (config.auth === "required") { $("key-form").hidden = false; $("api-key").value = state.key; }
     else $("auth-note").textContent = "authentication off (local use)";
     loadTasks();
+    loadSessions();
     const wf = location.hash.slice(1);
     if (wf) watch(wf);
   });

@@ -126,6 +126,19 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
             events=[event_message(event) for event in page.events], next_seq=page.next_seq
         )
 
+    async def DeleteWorkflows(
+        self,
+        request: events_pb2.DeleteWorkflowsRequest,
+        context: grpc.aio.ServicerContext[
+            events_pb2.DeleteWorkflowsRequest, events_pb2.DeleteWorkflowsResponse
+        ],
+    ) -> events_pb2.DeleteWorkflowsResponse:
+        tenant = await _tenant(context, request.tenant_id)
+        deleted, removed = await _call(
+            context, self._log.delete_workflows(tenant, list(request.workflow_ids))
+        )
+        return events_pb2.DeleteWorkflowsResponse(deleted=deleted, events_deleted=removed)
+
 
 async def _tenant(context: Context, field_value: str) -> str:
     """The caller's tenant: the x-shuttle-tenant metadata, else the request's tenant_id;

@@ -56,6 +56,10 @@ class HotTier(Protocol):
         """Up to `limit` held events with seq >= `from_seq` (of `types`, when given)."""
         ...
 
+    async def forget(self, workflow_id: str) -> None:
+        """Drop everything held for a deleted workflow."""
+        ...
+
     async def wait(self, workflow_id: str, after_seq: int) -> None:
         """Return once the tier holds a seq above `after_seq` (at once if it already does)."""
         ...
@@ -150,6 +154,11 @@ class MemoryHotTier:
                 await buffer.changed.wait()
         finally:
             buffer.waiters -= 1
+
+    async def forget(self, workflow_id: str) -> None:
+        buffer = self._buffers.pop(workflow_id, None)
+        if buffer is not None:
+            buffer.changed.set()  # waiters re-check and find the workflow gone
 
     def sweep(self) -> int:
         """Drop buffers idle longer than the TTL that nobody waits on; return how many."""

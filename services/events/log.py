@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from shuttle.metrics import EVENTS_APPENDED, SUBSCRIBER_CATCHUPS, SUBSCRIBER_LAG
 
+from .errors import InvalidArgument
 from .hot import HotTier
 from .lifecycle import close_after_terminal
 from .payloads import shape_batch, with_full_result
@@ -27,6 +28,8 @@ from .validation import (
 
 log = logging.getLogger(__name__)
 
+# Ids one DeleteWorkflows call may name.
+MAX_DELETE_IDS = 1000
 # Events fetched per SQL or hot-tier read while replaying a stream.
 REPLAY_PAGE = 500
 
@@ -164,6 +167,24 @@ class EventLog:
                     yield event
                 if event.type == "STREAM_END":
                     return
+
+    async def delete_workflows(
+        self, tenant_id: str, workflow_ids: Sequence[str]
+    ) -> tuple[list[str], int]:
+        """Delete the tenant's workflows among `workflow_ids` (SQL and hot tier); the ids
+        deleted and how many stored events went with them. Unknown or other tenants' ids
+        are skipped, so a caller learns nothing about them."""
+        check_id("tenant_id", tenant_id)
+        if len(workflow_ids) > MAX_DELETE_IDS:
+            raise InvalidArgument(
+                f"workflow_ids holds {len(workflow_ids)} ids; at most {MAX_DELETE_IDS} per call"
+            )
+        for workflow_id in workflow_ids:
+            check_id("workflow_id", workflow_id)
+        deleted, removed = await self._store.delete_workflows(tenant_id, set(workflow_ids))
+        for workflow_id in deleted:
+            await self._hot.forget(workflow_id)
+        return deleted, removed
 
     async def list_events(
         self,

@@ -153,6 +153,14 @@ class RedisHotTier:
                 del self._pumps[workflow_id]
                 pump.task.cancel()
 
+    async def forget(self, workflow_id: str) -> None:
+        await self._local.forget(workflow_id)
+        try:
+            await self._redis.delete(self.key(workflow_id))
+        except (RedisError, OSError) as exc:
+            # The key still expires with the hot tier's TTL.
+            self._mark_down("forget", exc)
+
     async def close(self) -> None:
         for pump in self._pumps.values():
             pump.task.cancel()

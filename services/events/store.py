@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, case, insert, select, update
+from sqlalchemy import RowMapping, case, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -103,6 +103,29 @@ class SqlEventStore:
             # Whichever tenant holds the id, saying so leaks nothing but "taken".
             raise AlreadyExists(f"workflow {workflow_id!r} already exists") from None
         return record
+
+    async def delete_workflows(
+        self, tenant_id: str, workflow_ids: Collection[str]
+    ) -> tuple[list[str], int]:
+        """Delete the tenant's workflows among `workflow_ids` whole, in one transaction;
+        (the ids deleted, how many events went with them). Others' ids are left alone."""
+        async with self._write_lock, self._engine.begin() as conn:
+            found = (
+                await conn.execute(
+                    select(workflows.c.id).where(
+                        workflows.c.tenant_id == tenant_id, workflows.c.id.in_(workflow_ids)
+                    )
+                )
+            ).scalars()
+            ids = sorted(str(i) for i in found)
+            if not ids:
+                return [], 0
+            # Children first, explicitly: SQLite only cascades with foreign keys switched on.
+            for table in (tool_results, appends):
+                await conn.execute(delete(table).where(table.c.workflow_id.in_(ids)))
+            removed = await conn.execute(delete(events).where(events.c.workflow_id.in_(ids)))
+            await conn.execute(delete(workflows).where(workflows.c.id.in_(ids)))
+        return ids, removed.rowcount or 0
 
     async def get_workflow(self, workflow_id: str, tenant_id: str) -> WorkflowRecord:
         """The workflow's row; NotFound when missing or owned by another tenant."""

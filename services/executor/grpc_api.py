@@ -31,6 +31,8 @@ async def _abort_from(context: Context, exc: grpc.aio.AioRpcError) -> None:
     await context.abort(exc.code(), f"events service: {exc.details()}")
 
 
+HISTORY_ROLES = ("user", "assistant")
+
 _ACTIONS = {
     executor_pb2.CONTROL_ACTION_PAUSE: ControlAction.PAUSE,
     executor_pb2.CONTROL_ACTION_RESUME: ControlAction.RESUME,
@@ -57,6 +59,15 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
                 grpc.StatusCode.UNIMPLEMENTED,
                 "mode COMPLEX (DAG planning) is not implemented yet; use SIMPLE or STANDARD",
             )
+        history = []
+        for index, message in enumerate(request.history):
+            if message.role not in HISTORY_ROLES:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"history[{index}].role is {message.role!r}; earlier turns are "
+                    "'user' or 'assistant' messages",
+                )
+            history.append({"role": message.role, "content": message.content})
         run = RunRequest(
             query=request.query,
             tenant_id=request.tenant_id,
@@ -64,6 +75,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             session_id=request.session_id,
             mode=_MODE_NAMES.get(request.mode, ""),
             budget_tokens=request.budget_tokens,
+            history=tuple(history),
         )
         try:
             return await self._runs.start(run)

@@ -20,7 +20,7 @@ from services.executor.policies.control import RunCancelled
 from services.executor.ports import EventSink, ToolHost, ToolSelector
 from services.executor.reporter import RunReporter
 from services.executor.routing import Route, Router
-from shuttle.llm.protocol import LLM, LLMError
+from shuttle.llm.protocol import LLM, LLMError, Message
 from shuttle.logs import current_workflow
 from shuttle.metrics import RUN_ITERATIONS, RUNS_FINISHED, RUNS_STARTED
 
@@ -37,6 +37,8 @@ class RunRequest:
     """SIMPLE, STANDARD or COMPLEX when the user forced one; empty lets the router decide."""
     budget_tokens: int = 0
     """This run's token budget; 0 keeps the deployment's default."""
+    history: tuple[Message, ...] = ()
+    """Earlier turns of the run's session, oldest first."""
 
 
 class WorkflowRegistry(Protocol):
@@ -126,7 +128,7 @@ class RunManager:
                 follow_commands(self._commands, workflow_id, request.tenant_id, receiver)
             )
         started = time.monotonic()
-        context = RunContext(workflow_id, request.tenant_id)
+        context = RunContext(workflow_id, request.tenant_id, history=request.history)
         agent = ReActAgent(
             self._llm.with_observer(RunRetryObserver(reporter, context.agent_id)),
             self._tools,

@@ -15,6 +15,7 @@ from services.tools.buckets import MemoryBuckets, RedisBuckets, TokenBuckets
 from services.tools.builtins import BuiltinConfig, default_tools
 from services.tools.builtins.python_exec import SandboxLimits
 from services.tools.catalog import ToolRegistry
+from services.tools.cleanup import WorkflowDataCleaner
 from services.tools.db import create_engine, create_schema
 from services.tools.event_log import GrpcWorkflowLog
 from services.tools.grpc_api import SERVICE_NAME, ToolServiceServicer
@@ -31,10 +32,13 @@ from shuttle.v1 import events_pb2_grpc, tools_pb2_grpc
 
 
 def service_for(
-    host: ToolHost, approvals: ApprovalService | None = None, on_stop: Sequence[Cleanup] = ()
+    host: ToolHost,
+    approvals: ApprovalService | None = None,
+    on_stop: Sequence[Cleanup] = (),
+    cleaner: WorkflowDataCleaner | None = None,
 ) -> GrpcService:
     """A GrpcService (with health and reflection) serving ToolService over `host`."""
-    servicer = ToolServiceServicer(host, approvals)
+    servicer = ToolServiceServicer(host, approvals, cleaner)
 
     def register(server: grpc.aio.Server) -> None:
         tools_pb2_grpc.add_ToolServiceServicer_to_server(servicer, server)
@@ -115,6 +119,7 @@ async def build(settings: Settings) -> GrpcService:
         host,
         approvals,
         on_stop=[providers.close, events_channel.close, close_buckets, engine.dispose],
+        cleaner=WorkflowDataCleaner(config.workspaces, engine),
     )
 
 

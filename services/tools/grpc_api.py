@@ -16,10 +16,12 @@ from services.tools.approvals import (
     ApprovalNotFoundError,
 )
 from services.tools.catalog import ToolSpec
+from services.tools.cleanup import WorkflowDataCleaner
 from services.tools.host import ToolCallRequest, ToolCallResult, ToolHost
 from shuttle.grpc_server import Context
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 
+MAX_DELETE_IDS = 1000
 SERVICE_NAME: str = tools_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name
 
 
@@ -97,9 +99,15 @@ def approval_to_proto(approval: Approval) -> tools_pb2.Approval:
 class ToolServiceServicer(tools_pb2_grpc.ToolServiceServicer):
     """Thin grpc.aio servicer: tool failures travel in ExecuteResponse, not as RPC errors."""
 
-    def __init__(self, host: ToolHost, approvals: ApprovalService | None = None) -> None:
+    def __init__(
+        self,
+        host: ToolHost,
+        approvals: ApprovalService | None = None,
+        cleaner: WorkflowDataCleaner | None = None,
+    ) -> None:
         self._host = host
         self._approvals = approvals
+        self._cleaner = cleaner
 
     async def _require_approvals(self, context: Context) -> ApprovalService:
         if self._approvals is None:
@@ -171,3 +179,23 @@ class ToolServiceServicer(tools_pb2_grpc.ToolServiceServicer):
             pending_only=request.pending_only,
         )
         return tools_pb2.ListApprovalsResponse(approvals=[approval_to_proto(a) for a in found])
+
+    async def DeleteWorkflowData(
+        self, request: tools_pb2.DeleteWorkflowDataRequest, context: Context
+    ) -> tools_pb2.DeleteWorkflowDataResponse:
+        if not request.tenant_id.strip():
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "DeleteWorkflowDataRequest.tenant_id is required"
+            )
+        if len(request.workflow_ids) > MAX_DELETE_IDS:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"DeleteWorkflowDataRequest.workflow_ids holds {len(request.workflow_ids)} ids; "
+                f"at most {MAX_DELETE_IDS} per call",
+            )
+        if self._cleaner is None:
+            return tools_pb2.DeleteWorkflowDataResponse()
+        done = await self._cleaner.forget(request.tenant_id, list(request.workflow_ids))
+        return tools_pb2.DeleteWorkflowDataResponse(
+            workspaces_deleted=done.workspaces, records_deleted=done.records
+        )

@@ -6,7 +6,9 @@ component is opened with O_NOFOLLOW so a symlink swapped in after the check is r
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,3 +98,14 @@ class Workspaces:
         tenant = safe_segment(call.tenant_id, "_default")
         workflow = safe_segment(call.workflow_id, "_adhoc")
         return Workspace(self._root / tenant / workflow, self._quota)
+
+    def remove(self, tenant_id: str, workflow_id: str) -> bool:
+        """Delete a workflow's workspace with everything in it; False when it had none."""
+        tenant = safe_segment(tenant_id, "_default")
+        path = self._root / tenant / safe_segment(workflow_id, "_adhoc")
+        if not path.is_dir() or path.is_symlink():
+            return False
+        shutil.rmtree(path)
+        with contextlib.suppress(OSError):
+            (self._root / tenant).rmdir()  # only when the tenant has no workspace left
+        return True

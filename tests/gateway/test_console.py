@@ -45,4 +45,6 @@ def test_console_runs_and_replays_a_task(auth_stack: AuthStack, browser_tools: P
     assert result["tasksListed"] >= 1
     assert result["answerAfterReload"] == "[demo model] 12*7 = 84"
     assert result["toolsAfterReload"] == 1
+    # The conversation listed first is the one just run; continuing it adds a turn.
+    assert result["sessionTurns"] == ["What is 12*7?", "What is 2*3?"]
     assert shot.stat().st_size > 10_000

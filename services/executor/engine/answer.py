@@ -12,7 +12,7 @@ async def stream_answer(
     llm: LLM, reporter: RunReporter, query: str, ctx: RunContext, loop: AgentResult
 ) -> str:
     """The synthesised answer; on any failure, the loop's own answer."""
-    stream = llm.stream_chat(synthesis_messages(query, loop.steps, loop.answer))
+    stream = llm.stream_chat(synthesis_messages(query, loop.steps, loop.answer, ctx.history))
     parts: list[str] = []
     final: ChatResult | None
     try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from shuttle.llm.protocol import Message
@@ -23,6 +23,16 @@ class Conversation:
 
     def add_user(self, content: str, *, pinned: bool = False) -> None:
         self.add({"role": "user", "content": content}, pinned=pinned)
+
+    def add_history(self, history: Sequence[Message]) -> None:
+        """Earlier turns of a session, before the new query. The latest turn (its user
+        message and what follows) is pinned so compaction keeps it verbatim; older turns
+        may be summarised."""
+        latest = max(
+            (i for i, m in enumerate(history) if m.get("role") == "user"), default=len(history)
+        )
+        for index, message in enumerate(history):
+            self.add(message, pinned=index >= latest)
 
     def replace(self, entries: Iterable[Entry]) -> None:
         self.entries = list(entries)

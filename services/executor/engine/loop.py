@@ -118,6 +118,7 @@ class _RunLoop:
         )
         self.conversation = Conversation()
         self.conversation.add({"role": "system", "content": self.mode.system_prompt(tools)})
+        self.conversation.add_history(ctx.history)
         self.conversation.add_user(query, pinned=True)
         self.result = AgentResult(answer="", iterations=0, usage=TokenUsage())
         self.guard = ContextGuard(agent.llm, settings.context_budget, settings.compact_keep_recent)

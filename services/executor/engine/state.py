@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.executor.engine.synthesis import ToolStep
-from shuttle.llm.protocol import TokenUsage
+from shuttle.llm.protocol import Message, TokenUsage
 
 
 @dataclass(frozen=True)
@@ -13,6 +13,8 @@ class RunContext:
     workflow_id: str
     tenant_id: str
     agent_id: str = "agent-main"
+    history: tuple[Message, ...] = ()
+    """Earlier turns of the session (user and assistant messages, oldest first)."""
 
 
 @dataclass

@@ -11,6 +11,9 @@ from services.executor.reporter import clip
 from shuttle.llm.protocol import Message
 
 TRACE_RESULT_LIMIT = 2_000
+# A follow-up's answer needs the last exchange or two, not the whole session.
+HISTORY_MESSAGES = 4
+HISTORY_TURN_LIMIT = 2_000
 
 SYNTHESIZER_PROMPT = (
     "You write the final answer to the user's question from the work an agent has done. "
@@ -35,10 +38,19 @@ def trace_line(number: int, step: ToolStep) -> str:
     return f"{number}. {step.name}({step.arguments_json}) → {observation}"
 
 
-def synthesis_messages(query: str, steps: Sequence[ToolStep], draft: str) -> list[Message]:
+def synthesis_messages(
+    query: str, steps: Sequence[ToolStep], draft: str, history: Sequence[Message] = ()
+) -> list[Message]:
     trace = "\n".join(trace_line(i, step) for i, step in enumerate(steps, 1)) or "(no tools used)"
+    earlier = ""
+    if history:
+        turns = "\n".join(
+            f"{m.get('role')}: {clip(str(m.get('content') or ''), HISTORY_TURN_LIMIT)[0]}"
+            for m in history[-HISTORY_MESSAGES:]
+        )
+        earlier = f"Earlier in this conversation:\n{turns}\n\n"
     user = (
-        f"Question: {query}\n\nSteps taken:\n{trace}\n\n"
+        f"{earlier}Question: {query}\n\nSteps taken:\n{trace}\n\n"
         f"Draft answer from the agent:\n{draft or '(none)'}\n\nWrite the final answer."
     )
     return [{"role": "system", "content": SYNTHESIZER_PROMPT}, {"role": "user", "content": user}]

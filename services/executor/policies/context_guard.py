@@ -82,7 +82,7 @@ class ContextGuard:
         entries = [*head, *pinned, *tail]
         if summary_call is not None and summary_call.content.strip():
             summary = Entry({"role": "user", "content": SUMMARY_PREFIX + summary_call.content})
-            candidate = [*head, *pinned, summary, *tail]
+            candidate = [*head, *_summarised(middle, summary), *tail]
             if estimate_messages([e.message for e in candidate], tools) <= self._budget:
                 entries, method = candidate, "summary"
         if method == "truncate":
@@ -144,6 +144,18 @@ class ContextGuard:
         if over():
             kept = [_clipped(e) for e in kept]
         return kept
+
+
+def _summarised(middle: list[Entry], summary: Entry) -> list[Entry]:
+    """The pinned entries with the summary where the first summarised one was, so that a
+    session's latest turn (pinned) still follows the summary of the turns before it."""
+    kept: list[Entry] = []
+    for entry in middle:
+        if entry.pinned:
+            kept.append(entry)
+        elif summary not in kept:
+            kept.append(summary)
+    return kept
 
 
 def _render(message: Message) -> str:

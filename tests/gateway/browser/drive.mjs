@@ -86,6 +86,20 @@ async function consoleScenario() {
     await page.waitForSelector("#answer:not([hidden])");
     out.answerAfterReload = await page.locator("#answer").innerText();
     out.toolsAfterReload = await page.locator("#timeline li.tool").count();
+    // Continue a conversation from the list: the follow-up joins the listed session.
+    await page.waitForSelector("#sessions li a");
+    const listed = page.locator("#sessions li a").first();
+    out.sessionId = await listed.getAttribute("data-session");
+    await listed.click();
+    await page.waitForSelector("#session-note:not([hidden])");
+    await page.fill("#query", "What is 2*3?");
+    await page.click("#submit");
+    await page.waitForFunction((id) => location.hash !== "#" + id, out.workflowId);
+    await page.waitForSelector("#run-status.completed", { timeout: 60000 });
+    out.sessionTurns = await page.evaluate(async ([id, key]) => {
+      const r = await fetch("/api/v1/sessions/" + id, { headers: { Authorization: "Bearer " + key } });
+      return (await r.json()).turns.map((t) => t.user_message);
+    }, [out.sessionId, apiKey]);
     return out;
   } finally {
     await browser.close();

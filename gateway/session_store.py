@@ -1,0 +1,227 @@
+"""Sessions and their turns in SQL, per tenant: the conversation record the gateway owns.
+
+A turn is written when its run starts (user message, workflow id) and completed from the
+workflow's outcome the next time the session is read, so no process has to stay around
+to record an answer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from gateway.db import session_turns, sessions, tasks
+
+TITLE_CHARS = 80
+RUNNING = "running"
+"""Status of a turn whose run has not ended yet."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass(frozen=True)
+class Turn:
+    turn_id: int
+    workflow_id: str | None
+    user_message: str
+    answer: str | None
+    status: str
+    usage: Usage
+    created_at: datetime
+
+    @property
+    def open(self) -> bool:
+        return self.status == RUNNING
+
+
+@dataclass(frozen=True)
+class Session:
+    session_id: str
+    title: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    sessions: list[Session]
+    next_offset: int | None
+
+
+def new_session_id() -> str:
+    return f"sess-{uuid.uuid4()}"
+
+
+class SessionStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def open(self, tenant_id: str, session_id: str, first_message: str) -> str:
+        """The session's id, creating it (titled by its first message) on first use."""
+        session_id = session_id or new_session_id()
+        now = datetime.now(UTC)
+        title = " ".join(first_message.split())[:TITLE_CHARS]
+        try:
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    insert(sessions).values(
+                        tenant_id=tenant_id,
+                        session_id=session_id,
+                        title=title,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+        except IntegrityError:
+            pass  # it exists (perhaps created by a concurrent request): join it
+        return session_id
+
+    async def add_turn(
+        self,
+        tenant_id: str,
+        session_id: str,
+        user_message: str,
+        *,
+        workflow_id: str | None = None,
+        answer: str | None = None,
+    ) -> None:
+        now = datetime.now(UTC)
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                insert(session_turns).values(
+                    tenant_id=tenant_id,
+                    session_id=session_id,
+                    workflow_id=workflow_id,
+                    user_message=user_message,
+                    answer=answer,
+                    status=RUNNING if workflow_id else "completed",
+                    created_at=now,
+                )
+            )
+            await _touch(conn, tenant_id, session_id, now)
+
+    async def complete_turn(self, turn_id: int, status: str, answer: str, usage: Usage) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                update(session_turns)
+                .where(session_turns.c.id == turn_id)
+                .values(
+                    status=status,
+                    answer=answer,
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
+                    total_tokens=usage.total_tokens,
+                    cost_usd=usage.cost_usd,
+                )
+            )
+
+    async def get(self, tenant_id: str, session_id: str) -> Session | None:
+        async with self._engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(sessions).where(
+                        sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id
+                    )
+                )
+            ).first()
+        if row is None:
+            return None
+        return Session(row.session_id, row.title, row.created_at, row.updated_at)
+
+    async def session_of(self, tenant_id: str, workflow_id: str) -> str:
+        async with self._engine.connect() as conn:
+            found = await conn.scalar(
+                select(session_turns.c.session_id).where(
+                    session_turns.c.tenant_id == tenant_id,
+                    session_turns.c.workflow_id == workflow_id,
+                )
+            )
+        return str(found or "")
+
+    async def turns(self, tenant_id: str, session_id: str) -> list[Turn]:
+        async with self._engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(session_turns)
+                    .where(
+                        session_turns.c.tenant_id == tenant_id,
+                        session_turns.c.session_id == session_id,
+                    )
+                    .order_by(session_turns.c.id)
+                )
+            ).all()
+        return [
+            Turn(
+                turn_id=r.id,
+                workflow_id=r.workflow_id,
+                user_message=r.user_message,
+                answer=r.answer,
+                status=r.status,
+                usage=Usage(r.input_tokens, r.output_tokens, r.total_tokens, r.cost_usd),
+                created_at=r.created_at,
+            )
+            for r in rows
+        ]
+
+    async def page(self, tenant_id: str, offset: int, limit: int) -> SessionPage:
+        """The tenant's sessions, most recently active first."""
+        async with self._engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(sessions)
+                    .where(sessions.c.tenant_id == tenant_id)
+                    .order_by(sessions.c.updated_at.desc(), sessions.c.session_id)
+                    .offset(offset)
+                    .limit(limit + 1)
+                )
+            ).all()
+        found = [Session(r.session_id, r.title, r.created_at, r.updated_at) for r in rows]
+        more = len(found) > limit
+        return SessionPage(found[:limit], offset + limit if more else None)
+
+    async def delete(self, tenant_id: str, session_id: str, workflow_ids: Collection[str]) -> None:
+        """Remove the session, its turns and the task index rows of its workflows."""
+        async with self._engine.begin() as conn:
+            if workflow_ids:
+                await conn.execute(
+                    delete(tasks).where(
+                        tasks.c.tenant_id == tenant_id,
+                        tasks.c.workflow_id.in_(list(workflow_ids)),
+                    )
+                )
+            for table in (session_turns, sessions):
+                await conn.execute(
+                    delete(table).where(
+                        table.c.tenant_id == tenant_id, table.c.session_id == session_id
+                    )
+                )
+
+
+async def _touch(conn: AsyncConnection, tenant_id: str, session_id: str, now: datetime) -> None:
+    await conn.execute(
+        update(sessions)
+        .where(sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id)
+        .values(updated_at=now)
+    )
+
+
+def history_of(turns: Sequence[Turn]) -> list[tuple[str, str]]:
+    """(role, content) pairs of the turns that have an answer, oldest first; a turn still
+    running or without an answer contributes nothing, so the history always alternates."""
+    history: list[tuple[str, str]] = []
+    for turn in turns:
+        if turn.answer:
+            history += [("user", turn.user_message), ("assistant", turn.answer)]
+    return history
