@@ -273,7 +273,7 @@ async def test_cancel_mid_dag_stops_every_running_step(
         waiting.append("step")
         if len(waiting) == 2:
             arrived.set()
-        return Reply(content="too late", delay=30)
+        return Reply(content="too late", delay=3)
 
     team.plans = [plan(("s1", "A", []), ("s2", "B", []), ("s3", "Join", ["s1", "s2"]))]
     team.steps = {"s1": [slow], "s2": [slow]}
@@ -337,7 +337,7 @@ async def test_a_step_that_overruns_its_time_limit_fails(
     dag: Backends, server: TimedScriptedOpenAI, team: TeamModel
 ) -> None:
     team.plans = [plan(("s1", "Slow", []), ("s2", "After", ["s1"]))]
-    team.steps = {"s1": [Reply(content="late", delay=5)]}
+    team.steps = {"s1": [Reply(content="late", delay=2)]}
     events = await run_complex(dag, server, step_limits=StepLimits(timeout_seconds=0.5))
 
     errors = by_agent(events, "ERROR_OCCURRED")
