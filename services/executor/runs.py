@@ -138,10 +138,11 @@ class RunManager:
         if request.budget_tokens > 0:
             settings = replace(settings, token_budget=request.budget_tokens)
         if mode == "SIMPLE":
+            # Fewer iterations, and fewer tools when the catalog is large enough to be narrowed
+            # (a smaller catalog is offered whole: a selection call would cost more than it saves).
             settings = replace(
                 settings,
                 max_iterations=min(settings.max_iterations, SIMPLE_MAX_ITERATIONS),
-                tool_selection_threshold=min(settings.tool_selection_threshold, SIMPLE_MAX_TOOLS),
                 tool_selection_max=min(settings.tool_selection_max, SIMPLE_MAX_TOOLS),
             )
         return settings

@@ -15,7 +15,7 @@ from services.executor.dag.plan import ScheduleError, Step, check_schedule
 from services.executor.dag.steps import StepLimits
 from services.executor.runs import RunRequest
 from shuttle.llm.openai_model import OpenAIModel
-from shuttle.v1 import executor_pb2
+from shuttle.v1 import common_pb2, events_pb2, executor_pb2
 from tests.executor.conftest import TENANT, Backends, first, of_type, start_backends, types_of
 from tests.support.scripted_openai import Reply, error, text, tool_call
 from tests.support.team_model import TeamModel, TimedScriptedOpenAI, plan, verdict
@@ -47,7 +47,8 @@ def team() -> TeamModel:
 
 @pytest.fixture
 def server(team: TeamModel) -> Iterator[TimedScriptedOpenAI]:
-    started = TimedScriptedOpenAI(team).start()
+    started = TimedScriptedOpenAI(team)
+    started.start()
     yield started
     started.stop()
 
@@ -85,7 +86,7 @@ async def test_parallel_branches_run_concurrently_and_hand_off_to_the_join(
     team.plans = [
         plan(("s1", "Research A", []), ("s2", "Research B", []), ("s3", "Compare", ["s1", "s2"]))
     ]
-    server.latency_seconds = 0.3
+    server.latency_seconds = 0.5
     events = await run_complex(dag, server)
 
     s1, s2, s3 = (server.interval(k) for k in ("s1", "s2", "s3"))
@@ -109,23 +110,25 @@ async def test_parallel_branches_run_concurrently_and_hand_off_to_the_join(
             *step_run,
             "MESSAGE_SENT",
         ]
-    rest = [(e["agent_id"], e["type"]) for e in events if e["agent_id"] not in ("s1", "s2")]
+    # TEAM_STATUS follows every change, and s1 and s2 may finish in one change or two.
+    rest = [
+        (e["agent_id"], e["type"])
+        for e in events
+        if e["agent_id"] not in ("s1", "s2") and e["type"] != "TEAM_STATUS"
+    ]
     assert rest == [
         ("", "WORKFLOW_STARTED"),
         ("", "STATUS_UPDATE"),
         ("", "STATUS_UPDATE"),
         ("", "TEAM_RECRUITED"),
         ("s3", "ROLE_ASSIGNED"),
-        ("", "TEAM_STATUS"),
         ("", "PROGRESS"),
         ("", "PROGRESS"),
         ("s3", "DEPENDENCY_SATISFIED"),
         ("s3", "MESSAGE_RECEIVED"),
         ("s3", "MESSAGE_RECEIVED"),
-        ("", "TEAM_STATUS"),
         *[("s3", t) for t in step_run],
         ("", "PROGRESS"),
-        ("", "TEAM_STATUS"),
         *[("synthesizer", "THREAD_MESSAGE_DELTA")] * 4,
         ("synthesizer", "THREAD_MESSAGE_COMPLETED"),
         ("synthesizer", "LLM_OUTPUT"),
@@ -133,6 +136,16 @@ async def test_parallel_branches_run_concurrently_and_hand_off_to_the_join(
         ("", "WORKFLOW_COMPLETED"),
         ("", "STREAM_END"),
     ]
+    statuses = [e["payload"] for e in of_type(events, "TEAM_STATUS")]
+    assert statuses[0] | {"coordination_mode": ""} == {
+        "active_agents": 2,
+        "idle_agents": 1,
+        "tasks_completed": 0,
+        "tasks_remaining": 3,
+        "coordination_mode": "",
+    }
+    assert statuses[-1]["tasks_completed"] == 3 and statuses[-1]["tasks_remaining"] == 0
+    assert types_of(events).index("TEAM_STATUS") < types_of(events).index("AGENT_STARTED")
     kinds = types_of(events)
     assert kinds.index("PROGRESS") > max(
         kinds.index("AGENT_COMPLETED"), kinds.index("AGENT_STARTED")
@@ -344,3 +357,60 @@ async def test_a_step_that_overruns_its_time_limit_fails(
     assert errors["s1"]["payload"]["error_type"] == "TIMEOUT"
     assert errors["s2"]["payload"]["error_type"] == "DEPENDENCY_FAILED"
     assert types_of(events)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
+
+
+async def test_pause_holds_every_step_of_the_team_until_resume(
+    dag: Backends, server: TimedScriptedOpenAI, team: TeamModel
+) -> None:
+    arrived: list[str] = []
+    both = threading.Event()
+
+    def first_call(body: dict[str, Any]) -> Reply:
+        arrived.append("step")
+        if len(arrived) == 2:
+            both.set()
+        return Reply(
+            content="calculating",
+            tool_calls=[("c1", "calculator", {"expression": "1+1"})],
+            delay=0.5,
+        )
+
+    team.plans = [plan(("s1", "A", []), ("s2", "B", []), ("s3", "Join", ["s1", "s2"]))]
+    team.steps = {"s1": [first_call], "s2": [first_call]}
+    runs = dag.run_manager(executor_model(server))
+    stub, _ = await dag.serve(runs)
+    workflow_id = await runs.start(RunRequest("Compare A and B", TENANT, mode="COMPLEX"))
+    await asyncio.to_thread(both.wait, 30)
+
+    def control(action: int) -> executor_pb2.ControlRequest:
+        return executor_pb2.ControlRequest(
+            workflow_id=workflow_id,
+            tenant_id=TENANT,
+            action=action,  # type: ignore[arg-type]
+        )
+
+    await stub.Control(control(executor_pb2.CONTROL_ACTION_PAUSE))
+    await wait_for(dag, workflow_id, "WORKFLOW_PAUSED")
+    held = {k for k, _, _ in server.intervals}
+    await stub.Control(control(executor_pb2.CONTROL_ACTION_RESUME))
+    events = await dag.read_log(workflow_id)
+
+    kinds = types_of(events)
+    assert kinds.count("WORKFLOW_PAUSED") == 1, "one pause for the whole team"
+    assert "s3" not in held, "no step started while paused"
+    paused = kinds.index("WORKFLOW_PAUSED")
+    resumed = kinds.index("WORKFLOW_RESUMED")
+    assert not [e for e in events[paused:resumed] if e["type"] in ("TOOL_INVOKED", "AGENT_STARTED")]
+    assert set(by_agent(events, "AGENT_COMPLETED")) == {"s1", "s2", "s3"}
+    assert kinds[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
+
+
+async def wait_for(dag: Backends, workflow_id: str, type_: str) -> None:
+    stream = dag.events.Stream(
+        events_pb2.StreamRequest(workflow_id=workflow_id, tenant_id=TENANT, from_seq=1)
+    )
+    async for event in stream:
+        if event.type == common_pb2.EventType.Value(f"EVENT_TYPE_{type_}"):
+            stream.cancel()
+            return
+    raise AssertionError(f"the log ended without {type_}")
