@@ -129,6 +129,13 @@ class Settings(BaseSettings):
     react_budget_warn_percent: float = Field(80.0, gt=0, le=100)
     react_context_ratio: float = Field(0.8, gt=0, le=1)
     react_compact_keep_recent: int = Field(6, ge=1)
+    # DAG mode (COMPLEX): steps at once, plan rounds, the confidence that ends replanning,
+    # and each step agent's iteration cap and time limit.
+    dag_max_parallel: int = Field(5, ge=1, le=50)
+    dag_max_rounds: int = Field(3, ge=1, le=10)
+    dag_confidence_threshold: float = Field(0.8, ge=0, le=1)
+    dag_step_max_iterations: int = Field(15, ge=1, le=1000)
+    dag_step_timeout_seconds: float = Field(600.0, gt=0)
     # Until a models registry says otherwise: the model's context window, in tokens.
     context_tokens: int = Field(128_000, ge=1_000)
     # The executor's event emitter: largest Append batch, and how long an unreachable

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import logging
 
+from services.executor.dag.steps import StepLimits
+from services.executor.dag.team import TeamSettings
 from services.executor.engine.settings import AgentSettings
 from services.executor.grpc_api import ExecutorServicer
 from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
 from services.executor.grpc_log import GrpcCommandSource
-from services.executor.grpc_planner import GrpcToolSelector
+from services.executor.grpc_planner import GrpcDagPlanner, GrpcToolSelector
 from services.executor.instrumented import TracedToolHost
 from services.executor.routing import GrpcRouter
 from services.executor.runs import EmitterSettings, RunManager
 from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import GrpcService
-from shuttle.llm.factory import build_llm
-from shuttle.llm.traced import TracedLLM
+from shuttle.llm.factory import build_registry
 from shuttle.process import main
 from shuttle.settings import Settings
 from shuttle.v1 import (
@@ -30,7 +31,8 @@ log = logging.getLogger("executor")
 
 
 async def build(settings: Settings) -> GrpcService:
-    llm = TracedLLM(build_llm(settings))
+    models = build_registry(settings).traced()
+    llm = models.default
     if settings.uses_demo_model:
         log.info("LLM: the offline DEMO model (deterministic, arithmetic only)")
     else:
@@ -58,6 +60,17 @@ async def build(settings: Settings) -> GrpcService:
         commands=GrpcCommandSource(events),
         selector=GrpcToolSelector(planner),
         emitter=EmitterSettings(settings.events_batch_max, settings.events_retry_seconds),
+        planner=GrpcDagPlanner(planner),
+        models=models,
+        team=TeamSettings(
+            max_parallel=settings.dag_max_parallel,
+            max_rounds=settings.dag_max_rounds,
+            confidence_threshold=settings.dag_confidence_threshold,
+        ),
+        step_limits=StepLimits(
+            max_iterations=settings.dag_step_max_iterations,
+            timeout_seconds=settings.dag_step_timeout_seconds,
+        ),
     )
 
     async def finish_runs() -> None:

@@ -23,6 +23,7 @@ _MODE_NAMES = {
     common_pb2.MODE_UNSPECIFIED: "",
     common_pb2.MODE_SIMPLE: "SIMPLE",
     common_pb2.MODE_STANDARD: "STANDARD",
+    common_pb2.MODE_COMPLEX: "COMPLEX",
 }
 
 
@@ -54,11 +55,6 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     async def _start(self, request: executor_pb2.StartRunRequest, context: Context) -> str:
         if not request.query.strip():
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "query must not be empty")
-        if request.mode == common_pb2.MODE_COMPLEX:
-            await context.abort(
-                grpc.StatusCode.UNIMPLEMENTED,
-                "mode COMPLEX (DAG planning) is not implemented yet; use SIMPLE or STANDARD",
-            )
         history = []
         for index, message in enumerate(request.history):
             if message.role not in HISTORY_ROLES:

@@ -1,4 +1,4 @@
-"""Tool selection through PlannerService.SelectTools."""
+"""Tool selection, DAG plans and plan analysis through PlannerService."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from collections.abc import Sequence
 
 import grpc
 
+from services.executor.dag.plan import PlannedRound, Step
+from services.executor.dag.ports import Analysis, PlanningFailed, StepResult
 from services.executor.ports import ToolDefinition
-from shuttle.v1 import planner_pb2, planner_pb2_grpc
+from shuttle.llm.protocol import TokenUsage
+from shuttle.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -47,3 +50,69 @@ class GrpcToolSelector:
         if response.fell_back:
             return None
         return list(response.tool_names)
+
+
+PLAN_TIMEOUT_SECONDS = 300.0
+
+
+def _usage(pb: common_pb2.Usage) -> TokenUsage:
+    return TokenUsage(
+        input_tokens=pb.input_tokens, output_tokens=pb.output_tokens, cost_usd=pb.cost_usd
+    )
+
+
+class GrpcDagPlanner:
+    """PlannerService.Plan and AnalyzePlan for the DAG engine."""
+
+    def __init__(self, stub: planner_pb2_grpc.PlannerServiceAsyncStub) -> None:
+        self._stub = stub
+
+    async def plan(
+        self, workflow_id: str, query: str, tools: Sequence[ToolDefinition], context: str
+    ) -> PlannedRound:
+        request = planner_pb2.PlanRequest(
+            workflow_id=workflow_id,
+            query=query,
+            tools=[
+                planner_pb2.ToolSummary(
+                    name=t.name,
+                    description=(t.description.splitlines() or [""])[0][:DESCRIPTION_CHARS],
+                )
+                for t in tools
+            ],
+            context=context,
+        )
+        try:
+            reply = await self._stub.Plan(request, timeout=PLAN_TIMEOUT_SECONDS)
+        except grpc.aio.AioRpcError as exc:
+            raise PlanningFailed(f"planner: {exc.details()}") from exc
+        steps = tuple(
+            Step(s.id, s.task, tuple(s.dependencies), s.tool_hint, s.model_hint)
+            for s in reply.steps
+        )
+        return PlannedRound(steps, _usage(reply.usage), tuple(reply.repairs))
+
+    async def analyze(
+        self, workflow_id: str, query: str, results: Sequence[StepResult]
+    ) -> Analysis | None:
+        request = planner_pb2.AnalyzePlanRequest(
+            workflow_id=workflow_id,
+            query=query,
+            results=[
+                planner_pb2.StepResult(
+                    step_id=r.step_id, task=r.task, result=r.result, failed=r.failed
+                )
+                for r in results
+            ],
+        )
+        try:
+            reply = await self._stub.AnalyzePlan(request, timeout=PLAN_TIMEOUT_SECONDS)
+        except grpc.aio.AioRpcError as exc:
+            log.warning(
+                "plan analysis unavailable; the round's results stand",
+                extra={"workflow_id": workflow_id, "code": exc.code().name},
+            )
+            return None
+        return Analysis(
+            reply.achieved, reply.confidence, reply.answer, reply.reasoning, _usage(reply.usage)
+        )

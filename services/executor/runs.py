@@ -10,6 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from services.executor.dag.control import TeamControl
+from services.executor.dag.plan import ScheduleError
+from services.executor.dag.ports import DagPlanner, ModelPicker, PlanningFailed
+from services.executor.dag.steps import StepAgents, StepLimits
+from services.executor.dag.team import TeamRun, TeamSettings
 from services.executor.emitter import EmitterFailed, EventEmitter
 from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
@@ -20,7 +25,7 @@ from services.executor.policies.control import RunCancelled
 from services.executor.ports import EventSink, ToolHost, ToolSelector
 from services.executor.reporter import RunReporter
 from services.executor.routing import Route, Router
-from shuttle.llm.protocol import LLM, LLMError, Message
+from shuttle.llm.protocol import LLM, LLMError, Message, TokenUsage
 from shuttle.logs import current_workflow
 from shuttle.metrics import RUN_ITERATIONS, RUNS_FINISHED, RUNS_STARTED
 
@@ -51,6 +56,19 @@ SinkFactory = Callable[[str, str], EventSink]
 """(workflow_id, tenant_id) -> the sink appending to that workflow's log."""
 
 
+SIMPLE_MAX_ITERATIONS = 5
+SIMPLE_MAX_TOOLS = 3
+
+
+@dataclass(frozen=True)
+class Finished:
+    answer: str
+    usage: TokenUsage
+    agents_used: int
+    tools_invoked: int
+    iterations: int
+
+
 @dataclass(frozen=True)
 class EmitterSettings:
     batch_max: int = 256
@@ -72,8 +90,16 @@ class RunManager:
         commands: CommandSource | None = None,
         selector: ToolSelector | None = None,
         emitter: EmitterSettings | None = None,
+        planner: DagPlanner | None = None,
+        models: ModelPicker | None = None,
+        team: TeamSettings | None = None,
+        step_limits: StepLimits | None = None,
     ) -> None:
         self._router = router
+        self._planner = planner
+        self._models = models
+        self._team = team or TeamSettings()
+        self._step_limits = step_limits or StepLimits()
         self._registry = registry
         self._sinks = sinks
         self._tools = tools
@@ -109,10 +135,86 @@ class RunManager:
         self._tasks.pop(workflow_id, None)
         self._receivers.pop(workflow_id, None)
 
-    def _agent_settings(self, request: RunRequest) -> AgentSettings:
+    def _agent_settings(self, request: RunRequest, mode: str) -> AgentSettings:
+        settings = self._settings
         if request.budget_tokens > 0:
-            return replace(self._settings, token_budget=request.budget_tokens)
-        return self._settings
+            settings = replace(settings, token_budget=request.budget_tokens)
+        if mode == "SIMPLE":
+            # Fewer iterations, and fewer tools when the catalog is large enough to be narrowed
+            # (a smaller catalog is offered whole: a selection call would cost more than it saves).
+            settings = replace(
+                settings,
+                max_iterations=min(settings.max_iterations, SIMPLE_MAX_ITERATIONS),
+                tool_selection_max=min(settings.tool_selection_max, SIMPLE_MAX_TOOLS),
+            )
+        return settings
+
+    async def _run_react(
+        self,
+        request: RunRequest,
+        mode: str,
+        ctx: RunContext,
+        reporter: RunReporter,
+        usage: list[Callable[[], TokenUsage]],
+    ) -> Finished:
+        receiver = self._receivers[ctx.workflow_id]
+        agent = ReActAgent(
+            self._llm.with_observer(RunRetryObserver(reporter, ctx.agent_id)),
+            self._tools,
+            reporter,
+            self._agent_settings(request, mode),
+            selector=self._selector,
+            control=receiver.control,
+            inbox=receiver.interrupts,
+        )
+        usage[0] = lambda: agent.usage
+        result = await agent.run(request.query, ctx)
+        RUN_ITERATIONS.observe(result.iterations)
+        return Finished(result.answer, result.usage, 1, len(result.steps), result.iterations)
+
+    async def _run_team(
+        self,
+        request: RunRequest,
+        ctx: RunContext,
+        reporter: RunReporter,
+        usage: list[Callable[[], TokenUsage]],
+    ) -> Finished:
+        if self._planner is None:
+            raise PlanningFailed("this executor has no planner for mode COMPLEX")
+        receiver = self._receivers[ctx.workflow_id]
+        settings = self._agent_settings(request, "COMPLEX")
+        control = TeamControl(receiver.control, reporter)
+        agents = StepAgents(
+            ctx,
+            request.query,
+            llm=self._llm,
+            models=self._models,
+            tools=self._tools,
+            reporter=reporter,
+            settings=settings,
+            limits=self._step_limits,
+            control=control,
+            inbox=receiver.interrupts,
+            selector=self._selector,
+        )
+        team = TeamRun(
+            request.query,
+            ctx,
+            planner=self._planner,
+            agents=agents,
+            llm=self._llm,
+            reporter=reporter,
+            control=control,
+            inbox=receiver.interrupts,
+            settings=self._team,
+            token_budget=settings.token_budget,
+            budget_warn_percent=settings.budget_warn_percent,
+        )
+        usage[0] = lambda: team.usage
+        result = await team.run(list(await self._tools.list_tools(ctx.tenant_id)))
+        return Finished(
+            result.answer, result.usage, result.agents_used, result.tools_invoked, result.rounds
+        )
 
     async def _execute(self, workflow_id: str, request: RunRequest) -> None:
         emitter = EventEmitter(
@@ -129,15 +231,8 @@ class RunManager:
             )
         started = time.monotonic()
         context = RunContext(workflow_id, request.tenant_id, history=request.history)
-        agent = ReActAgent(
-            self._llm.with_observer(RunRetryObserver(reporter, context.agent_id)),
-            self._tools,
-            reporter,
-            self._agent_settings(request),
-            selector=self._selector,
-            control=receiver.control,
-            inbox=receiver.interrupts,
-        )
+        usage: list[Callable[[], TokenUsage]] = [TokenUsage]
+        """What the engine has spent so far, for a cancelled run's report."""
         current_workflow.set(workflow_id)  # this task's log lines name the run
         RUNS_STARTED.inc()
         log.info("run started")
@@ -152,16 +247,18 @@ class RunManager:
             await reporter.workflow_started(
                 request.query, route.mode, request.session_id, route.estimated_complexity
             )
-            result = await agent.run(request.query, context)
+            if route.mode == "COMPLEX":
+                result = await self._run_team(request, context, reporter, usage)
+            else:
+                result = await self._run_react(request, route.mode, context, reporter, usage)
             await reporter.workflow_completed(
                 result.answer,
                 int((time.monotonic() - started) * 1000),
                 result.usage,
-                agents_used=1,
-                tools_invoked=len(result.steps),
+                agents_used=result.agents_used,
+                tools_invoked=result.tools_invoked,
             )
             RUNS_FINISHED.labels("completed").inc()
-            RUN_ITERATIONS.observe(result.iterations)
             log.info("run completed", extra={"iterations": result.iterations})
             await self._close(reporter, workflow_id)
         except RunCancelled as cancelled:
@@ -169,7 +266,7 @@ class RunManager:
                 cancelled.checkpoint,
                 cancelled.reason,
                 int((time.monotonic() - started) * 1000),
-                agent.usage,
+                usage[0](),
             )
             RUNS_FINISHED.labels("cancelled").inc()
             log.info("run cancelled", extra={"checkpoint": cancelled.checkpoint})
@@ -179,6 +276,10 @@ class RunManager:
             raise
         except LLMError as exc:
             await self._fail(reporter, workflow_id, "LLM_ERROR", str(exc))
+        except PlanningFailed as exc:
+            await self._fail(reporter, workflow_id, "PLANNING_FAILED", str(exc))
+        except ScheduleError as exc:
+            await self._fail(reporter, workflow_id, "INVALID_PLAN", str(exc))
         except EmitterFailed:
             log.exception("run lost its event log", extra={"workflow_id": workflow_id})
         except Exception as exc:

@@ -12,11 +12,13 @@ import grpc
 import pytest
 
 from services.events.__main__ import build as build_events
+from services.executor.dag.steps import StepLimits
+from services.executor.dag.team import TeamSettings
 from services.executor.engine.settings import AgentSettings
 from services.executor.grpc_api import ExecutorServicer
 from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
 from services.executor.grpc_log import GrpcCommandSource
-from services.executor.grpc_planner import GrpcToolSelector
+from services.executor.grpc_planner import GrpcDagPlanner, GrpcToolSelector
 from services.executor.ports import ToolSelector
 from services.executor.runs import RunManager, RunRequest
 from services.planner.__main__ import build as build_planner
@@ -65,7 +67,13 @@ class Backends:
     executors: list[GrpcService] = field(default_factory=list)
 
     def run_manager(
-        self, llm: LLM, selector: ToolSelector | None = None, **overrides: Any
+        self,
+        llm: LLM,
+        selector: ToolSelector | None = None,
+        *,
+        team: TeamSettings | None = None,
+        step_limits: StepLimits | None = None,
+        **overrides: Any,
     ) -> RunManager:
         settings = replace(agent_defaults(), tool_timeout_seconds=10, **overrides)
         return RunManager(
@@ -76,6 +84,9 @@ class Backends:
             settings=settings,
             commands=GrpcCommandSource(self.events),
             selector=selector or GrpcToolSelector(self.planner),
+            planner=GrpcDagPlanner(self.planner),
+            team=team,
+            step_limits=step_limits,
         )
 
     async def serve(
@@ -115,10 +126,19 @@ class Backends:
         )
 
 
-async def start_backends(data_dir: Path) -> tuple[Backends, list[GrpcService]]:
+async def start_backends(
+    data_dir: Path, planner_model_url: str = ""
+) -> tuple[Backends, list[GrpcService]]:
+    """The planner uses the demo model, or the OpenAI-compatible server at
+    `planner_model_url`."""
     settings = Settings(data_dir=data_dir, database_url="", tool_timeout_seconds=10)
+    planner_settings = settings
+    if planner_model_url:
+        planner_settings = settings.model_copy(
+            update={"openai_base_url": planner_model_url, "llm_max_retries": 0}
+        )
     services = [await build_events(settings), await build_tools(settings)]
-    services.append(await build_planner(settings))
+    services.append(await build_planner(planner_settings))
     ports = {}
     for name, service in zip(("events", "tools", "planner"), services, strict=True):
         ports[name] = await service.start("127.0.0.1", 0)

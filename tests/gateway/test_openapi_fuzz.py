@@ -1,7 +1,6 @@
 """schemathesis against /openapi.json: whatever it sends, the gateway answers without a 5xx.
 
-501 is allowed: it is the backends' honest "not implemented yet" (Control, Interrupt,
-DecideApproval, mode COMPLEX), passed on with its message.
+501 is allowed: it is the backends' honest "not implemented yet", passed on with its message.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from services.executor.engine.tool_runner import ToolRunner
 from services.executor.policies.budget import TokenBudget
 from services.executor.policies.checklist import CompletionChecklist
 from services.executor.policies.context_guard import ContextGuard, Situation
-from services.executor.policies.control import RunControl
+from services.executor.policies.control import Checkpoints, RunControl
 from services.executor.policies.cycles import CycleDetector
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.policies.reflection import SelfReflection
@@ -42,15 +42,18 @@ class ReActAgent:
         settings: AgentSettings,
         *,
         selector: ToolSelector | None = None,
-        control: RunControl | None = None,
+        control: Checkpoints | None = None,
         inbox: InterruptInbox | None = None,
+        stream_answer: bool = True,
     ) -> None:
         self.llm = llm
         self.tools = tools
         self.reporter = reporter
         self.settings = settings
         self.selector = selector
-        self.control = RunControl() if control is None else control
+        self.control: Checkpoints = RunControl() if control is None else control
+        self.streams_answer = stream_answer
+        """False for an agent whose answer feeds others (a DAG step): no streamed synthesis."""
         self.inbox = InterruptInbox() if inbox is None else inbox
         self.usage = TokenUsage()
         """Tokens spent so far, kept current so that a cancelled run can still report them."""
@@ -59,15 +62,19 @@ class ReActAgent:
     def native_mode(self) -> bool:
         return self.settings.use_native_tools and self.llm.supports_tools
 
-    async def run(self, query: str, ctx: RunContext) -> AgentResult:
+    async def run(
+        self, query: str, ctx: RunContext, *, role: str = "assistant", subtask: str = ""
+    ) -> AgentResult:
         started = time.monotonic()
         tools = list(await self.tools.list_tools(ctx.tenant_id))
-        await self.reporter.agent_started(ctx.agent_id, "assistant", query, [t.name for t in tools])
+        await self.reporter.agent_started(
+            ctx.agent_id, role, subtask or query, [t.name for t in tools]
+        )
         tools = await self._select(query, ctx, tools)
         result = await _RunLoop(self, query, ctx, tools).run()
         if result.budget_exceeded:
             await self.reporter.answer_completed(ctx.agent_id, result.answer, 0)
-        else:
+        elif self.streams_answer:
             await self.control.checkpoint("answer", self.reporter)
             result.answer = await stream_answer(self.llm, self.reporter, query, ctx, result)
         result.duration_ms = int((time.monotonic() - started) * 1000)

@@ -31,12 +31,19 @@ class PauseReporter(Protocol):
     async def flush(self) -> None: ...
 
 
+class Checkpoints(Protocol):
+    """Where an agent asks whether it may go on (RunControl, or a team's shared view)."""
+
+    async def checkpoint(self, where: str, reporter: PauseReporter) -> None: ...
+
+
 class RunControl:
     def __init__(self) -> None:
         self._pause_seq = 0
         self._resume_seq = 0
         self._cancel_reason: str | None = None
         self._changed = asyncio.Event()
+        self._cancelled = asyncio.Event()
 
     def apply(self, seq: int, event_type: str, reason: str = "") -> None:
         if event_type == "WORKFLOW_PAUSING":
@@ -45,6 +52,7 @@ class RunControl:
             self._resume_seq = max(self._resume_seq, seq)
         elif event_type == "WORKFLOW_CANCELLING" and self._cancel_reason is None:
             self._cancel_reason = reason or "cancelled by request"
+            self._cancelled.set()
         else:
             return
         self._changed.set()
@@ -56,6 +64,11 @@ class RunControl:
     @property
     def cancel_requested(self) -> bool:
         return self._cancel_reason is not None
+
+    async def wait_cancelled(self) -> str:
+        """Return the reason once a cancel arrives (for work that cannot wait for a checkpoint)."""
+        await self._cancelled.wait()
+        return self._cancel_reason or "cancelled by request"
 
     async def checkpoint(self, where: str, reporter: PauseReporter) -> None:
         """Return when the run may go on; raise RunCancelled when it must stop."""

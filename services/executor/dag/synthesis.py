@@ -1,0 +1,64 @@
+"""The team's final answer: one streamed call over every step's result, like a ReAct answer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from services.executor.dag.handoff import cut
+from services.executor.dag.scheduler import StepOutcome
+from services.executor.reporter import RunReporter
+from shuttle.llm.protocol import LLM, ChatResult, LLMError, TokenUsage
+
+SYNTHESIS_AGENT = "synthesizer"
+TEAM_SYNTHESIS_PROMPT = (
+    "A team of agents worked on the user's task in steps. Write the final answer to the task "
+    "from their results, in the language of the task. Say plainly what could not be done."
+)
+RESULT_CHARS = 4_000
+
+
+def team_synthesis_messages(
+    query: str, outcomes: Sequence[StepOutcome], draft: str, follow_ups: Sequence[str]
+) -> list[dict[str, Any]]:
+    lines = [f"Task: {query}"]
+    for outcome in outcomes:
+        status = "FAILED" if outcome.failed else "done"
+        lines.append(
+            f"\nStep {outcome.step.id} ({status}): {outcome.step.task}\n"
+            f"{cut(outcome.result, RESULT_CHARS)}"
+        )
+    if follow_ups:
+        lines.append("\nThe user added while the team worked:\n" + "\n".join(follow_ups))
+    if draft:
+        lines.append(f"\nA reviewer's draft answer:\n{draft}")
+    return [
+        {"role": "system", "content": TEAM_SYNTHESIS_PROMPT},
+        {"role": "user", "content": "\n".join(lines)},
+    ]
+
+
+async def stream_team_answer(
+    llm: LLM, reporter: RunReporter, messages: list[dict[str, Any]], fallback: str
+) -> tuple[str, TokenUsage]:
+    """The streamed answer and its usage; on a model failure, `fallback` (said on the log)."""
+    stream = llm.stream_chat(messages)
+    parts: list[str] = []
+    final: ChatResult | None
+    try:
+        async for delta in stream:
+            await reporter.answer_delta(SYNTHESIS_AGENT, delta, len(parts))
+            parts.append(delta)
+        final = stream.result
+    except LLMError as exc:
+        await reporter.error(
+            "LLM_ERROR", f"answer synthesis failed: {exc}", fatal=False, agent_id=SYNTHESIS_AGENT
+        )
+        final = None
+    answer = final.content if final is not None else (fallback or "".join(parts))
+    tokens = final.usage.output_tokens if final is not None else 0
+    await reporter.answer_completed(SYNTHESIS_AGENT, answer, tokens)
+    if final is None:
+        return answer, TokenUsage()
+    await reporter.llm_output(SYNTHESIS_AGENT, final, phase="answer")
+    return answer, final.usage
