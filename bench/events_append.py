@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sqlalchemy import BigInteger, Column, MetaData, String, Table, Text, insert
 
-from services.events.db import create_engine
+from shuttle.db import create_engine
 from shuttle.envelope import type_value
 from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc

@@ -27,12 +27,12 @@ from typing import Any
 
 import grpc
 
-from services.events.db import create_engine
 from services.events.hot import MemoryHotTier
 from services.events.log import EventLog
 from services.events.migrate import migrate
 from services.events.records import NewEvent
 from services.events.store import SqlEventStore
+from shuttle.db import create_engine
 from shuttle.envelope import type_value
 from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc

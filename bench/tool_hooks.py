@@ -19,11 +19,12 @@ from pathlib import Path
 from services.tools.buckets import MemoryBuckets
 from services.tools.builtins.calculator import Calculator
 from services.tools.catalog import ToolRegistry
-from services.tools.db import create_engine, create_schema
+from services.tools.db import create_schema
 from services.tools.hooks.chain import HookChain
 from services.tools.hooks.config import HooksConfig, build_chain
 from services.tools.hooks.rate_limit import RateLimitHook
 from services.tools.host import ToolCallRequest, ToolHost
+from shuttle.db import create_engine
 
 
 async def timed(host: ToolHost, calls: int) -> list[float]:

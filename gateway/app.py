@@ -17,7 +17,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from gateway import control, openai_compat, sessions, stream, tasks
 from gateway.backends import Backends
-from gateway.db import create_engine, create_schema
+from gateway.db import create_schema
 from gateway.errors import install_error_handlers
 from gateway.grpc_web import GrpcWebProxy
 from gateway.keys import KeyStore
@@ -25,6 +25,7 @@ from gateway.ratelimit import RateLimiter
 from gateway.session_store import SessionStore
 from gateway.task_index import TaskIndex
 from gateway.tickets import TicketSigner
+from shuttle.db import create_engine
 from shuttle.settings import Settings
 
 log = logging.getLogger("gateway")

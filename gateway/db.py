@@ -6,8 +6,6 @@ those exist.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -20,10 +18,8 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
-    event,
 )
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 metadata = MetaData()
 
@@ -84,25 +80,6 @@ session_turns = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index("ix_gateway_session_turns_session", "tenant_id", "session_id", "id"),
 )
-
-SQLITE_BUSY_TIMEOUT_MS = 30_000
-
-
-def create_engine(url: str) -> AsyncEngine:
-    engine = create_async_engine(url)
-    if make_url(url).get_backend_name() == "sqlite":
-        event.listen(engine.sync_engine, "connect", _tune_sqlite)
-    return engine
-
-
-def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
-    # The events service writes the same file: wait for its writers instead of failing.
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    finally:
-        cursor.close()
 
 
 async def create_schema(engine: AsyncEngine) -> None:

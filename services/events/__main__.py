@@ -7,13 +7,13 @@ from pathlib import Path
 
 import grpc
 
+from shuttle.db import create_engine, sqlite_path
 from shuttle.envelope import EPHEMERAL_TYPES
 from shuttle.grpc_server import Cleanup, GrpcService
 from shuttle.process import main
 from shuttle.settings import Settings
 from shuttle.v1 import events_pb2_grpc
 
-from .db import create_engine, sqlite_path
 from .grpc_api import SERVICE_NAME, EventServiceServicer
 from .hot import HotTier, MemoryHotTier
 from .log import EventLog

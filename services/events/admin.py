@@ -11,9 +11,9 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+from shuttle.db import create_engine, sqlite_path
 from shuttle.settings import SettingsError, load_settings
 
-from .db import create_engine, sqlite_path
 from .migrate import current_revision, migrate
 from .retention import purge
 from .store import utc_now

@@ -16,7 +16,7 @@ from services.tools.builtins import BuiltinConfig, default_tools
 from services.tools.builtins.python_exec import SandboxLimits
 from services.tools.catalog import ToolRegistry
 from services.tools.cleanup import WorkflowDataCleaner
-from services.tools.db import create_engine, create_schema
+from services.tools.db import create_schema
 from services.tools.event_log import GrpcWorkflowLog
 from services.tools.grpc_api import SERVICE_NAME, ToolServiceServicer
 from services.tools.hooks.config import HooksConfigError, build_chain, load_hooks_config
@@ -24,6 +24,7 @@ from services.tools.host import ToolHost
 from services.tools.netguard import AddressPolicy
 from services.tools.providers.loader import load_providers
 from services.tools.workspace import Workspaces
+from shuttle.db import create_engine
 from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import Cleanup, GrpcService
 from shuttle.process import main

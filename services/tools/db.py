@@ -7,7 +7,6 @@ shared migrations later.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -21,11 +20,9 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
-    event,
 )
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 ID_LENGTH = 128
 
@@ -89,24 +86,6 @@ tool_approvals = Table(
     Column("decided_at", UtcDateTime, nullable=True),
     Index("ix_tool_approvals_tenant_workflow", "tenant_id", "workflow_id"),
 )
-
-
-def create_engine(url: str) -> AsyncEngine:
-    """An AsyncEngine; SQLite files get WAL and a busy timeout for concurrent writers."""
-    engine = create_async_engine(url)
-    if make_url(url).get_backend_name() == "sqlite":
-        event.listen(engine.sync_engine, "connect", _tune_sqlite)
-    return engine
-
-
-def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
-    # The events service writes the same file; without these a second writer fails at once.
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
-    finally:
-        cursor.close()
 
 
 async def create_schema(engine: AsyncEngine) -> None:

@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.events.__main__ import build
-from services.events.db import create_engine
 from services.events.hot import MemoryHotTier
 from services.events.log import EventLog
 from services.events.migrate import migrate
 from services.events.store import SqlEventStore
+from shuttle.db import create_engine
 from shuttle.grpc_server import GrpcService
 from shuttle.settings import Settings
 from shuttle.v1 import events_pb2_grpc

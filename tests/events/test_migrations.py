@@ -12,13 +12,13 @@ import pytest
 from sqlalchemy import Table, func, inspect, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.events.db import create_engine
 from services.events.hot import MemoryHotTier
 from services.events.log import EventLog
 from services.events.migrate import VERSION_TABLE, UnversionedSchema, current_revision, migrate
 from services.events.models import appends, events, tool_results, workflows
 from services.events.retention import RetentionTask, purge
 from services.events.store import SqlEventStore
+from shuttle.db import create_engine
 
 from .helpers import new, progress
 

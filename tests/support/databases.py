@@ -24,8 +24,8 @@ import redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.events.db import create_engine
 from services.events.migrate import migrate
+from shuttle.db import create_engine
 
 PG_HOST, PG_PORT, PG_USER, PG_ADMIN_DB = "127.0.0.1", 5432, "postgres", "test"
 REDIS_URL = "redis://127.0.0.1:6379/0"

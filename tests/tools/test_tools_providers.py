@@ -21,7 +21,8 @@ import pytest
 from sqlalchemy import select
 
 from services.tools.__main__ import build
-from services.tools.db import create_engine, tool_audit
+from services.tools.db import tool_audit
+from shuttle.db import create_engine
 from shuttle.settings import McpServerConfig, Settings
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 from tests.support.stack import free_ports

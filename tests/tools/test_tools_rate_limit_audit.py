@@ -14,13 +14,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.tools.buckets import MemoryBuckets, RedisBuckets, TokenBuckets
 from services.tools.catalog import ToolRegistry
-from services.tools.db import create_engine, create_schema, tool_audit
+from services.tools.db import create_schema, tool_audit
 from services.tools.hooks.audit import AuditHook
 from services.tools.hooks.chain import HookChain
 from services.tools.hooks.policy import DenyHook
 from services.tools.hooks.rate_limit import RateLimitHook
 from services.tools.hooks.truncation import TruncationHook
 from services.tools.host import ToolCallRequest, ToolHost
+from shuttle.db import create_engine
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 

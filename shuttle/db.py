@@ -1,4 +1,5 @@
-"""Async engine factory: SQLite (aiosqlite) tuned for concurrent writers, or any other URL."""
+"""Async engine factory shared by every service that keeps tables: SQLite (aiosqlite) tuned
+for concurrent writers (the services share one file by default), or any other URL."""
 
 from __future__ import annotations
 
