@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import threading
 import time
 from collections import deque
@@ -17,11 +16,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.support.threaded_server import ThreadedServer
 
 
 @dataclass
@@ -78,8 +78,7 @@ class ScriptedOpenAI:
         self._queue: deque[Reply] = deque()
         self._handler = handler
         self._lock = threading.Lock()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._threaded: ThreadedServer | None = None
         self.port = 0
 
     @property
@@ -202,26 +201,10 @@ class ScriptedOpenAI:
                 Route("/v1/models", self._models, methods=["GET"]),
             ]
         )
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        # As in the gateway: without it every reply waits ~40 ms on a delayed ACK.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("scripted OpenAI server did not start")
-            time.sleep(0.01)
+        self._threaded = ThreadedServer(app, lifespan="off", name="scripted OpenAI server")
+        self.port = self._threaded.start(timeout_seconds=10)
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._threaded is not None:
+            self._threaded.stop()
