@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from gateway.app import create_app
+from gateway.backends import BACKEND_NAMES
 from shuttle.settings import DEFAULT_GATEWAY_PORT, DEFAULT_PORTS, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,3 +179,28 @@ def test_the_dockerfile_builds_the_image_the_manifests_run() -> None:
     assert dockerfile.count("FROM ") >= 2  # multi-stage
     assert "USER 10001" in dockerfile
     assert "grpc_tools.protoc -I proto" in dockerfile
+
+
+def callers_in_code() -> dict[str, set[str]]:
+    """Which processes open a channel to which service, read from the code itself."""
+    callers: dict[str, set[str]] = {name: set() for name in DEFAULT_PORTS}
+    for name in DEFAULT_PORTS:
+        source = (ROOT / "services" / name / "__main__.py").read_text()
+        for target in re.findall(r'grpc_target\("(\w+)"\)', source):
+            callers[target].add(name)
+    for target in BACKEND_NAMES:  # the gateway's clients
+        callers[target].add("gateway")
+    return callers
+
+
+def test_each_service_admits_exactly_its_callers(manifests: list[dict[str, Any]]) -> None:
+    policies = {p["metadata"]["name"]: p for p in of_kind(manifests, "NetworkPolicy")}
+    for service, callers in callers_in_code().items():
+        grpc_rule = policies[f"shuttle-{service}"]["spec"]["ingress"][0]
+        admitted = {
+            peer["podSelector"]["matchLabels"]["app.kubernetes.io/name"].removeprefix("shuttle-")
+            for peer in grpc_rule["from"]
+            if "podSelector" in peer
+        }
+        # Envoy, the grpc-web hop, reaches every service as well.
+        assert admitted == callers | {"envoy"}, service
