@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
-    DateTime,
-    Dialect,
     Float,
     ForeignKey,
     Index,
@@ -17,35 +13,13 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    TypeDecorator,
 )
+
+from shuttle.db import UtcDateTime
 
 # Ids are short tokens ("wf-" + uuid4, tenant names); the length is checked before insert so
 # PostgreSQL's VARCHAR limit is never the first to complain.
 ID_LENGTH = 128
-
-
-class UtcDateTime(TypeDecorator[datetime]):
-    """A timezone-aware UTC datetime on every backend.
-
-    SQLite keeps no offset, so values come back naive; they were written as UTC, so they are
-    marked UTC on the way out. PostgreSQL stores ``timestamptz`` and returns aware values.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to a UTC column")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 metadata = MetaData()

@@ -6,41 +6,22 @@ shared migrations later.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from sqlalchemy import (
     BigInteger,
     Column,
-    DateTime,
-    Dialect,
     Index,
     Integer,
     MetaData,
     String,
     Table,
     Text,
-    TypeDecorator,
 )
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from shuttle.db import UtcDateTime
+
 ID_LENGTH = 128
-
-
-class UtcDateTime(TypeDecorator[datetime]):
-    """Aware UTC datetimes on every backend (SQLite drops the offset; it is put back)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        return None if value is None else value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
 
 metadata = MetaData()
 
