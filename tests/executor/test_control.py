@@ -119,6 +119,9 @@ async def test_pause_and_resume_from_another_replica(
     script, gate = gated_script()
     workflow_id, _ = await start_on_first(backends, server, script)
     assert await asyncio.to_thread(gate.reached.wait, 30)
+    # The engine queues its events and commands are checked against the log: wait until the
+    # log shows the run at work (the model call now held began with AGENT_THINKING).
+    await wait_for(backends, workflow_id, "AGENT_THINKING")
 
     paused = await control(second_executor, workflow_id, PAUSE)
     assert paused.status == common_pb2.WORKFLOW_STATUS_RUNNING  # it pauses at a checkpoint
@@ -152,6 +155,9 @@ async def test_cancel_from_another_replica_stops_at_the_next_checkpoint(
     script, gate = gated_script()
     workflow_id, _ = await start_on_first(backends, server, script)
     assert await asyncio.to_thread(gate.reached.wait, 30)
+    # The engine queues its events and commands are checked against the log: wait until the
+    # log shows the run at work (the model call now held began with AGENT_THINKING).
+    await wait_for(backends, workflow_id, "AGENT_THINKING")
 
     await control(second_executor, workflow_id, CANCEL)
     assert "being cancelled" in await refused(second_executor, workflow_id, CANCEL)
@@ -179,6 +185,9 @@ async def test_a_paused_run_can_be_cancelled(
     script, gate = gated_script()
     workflow_id, owner = await start_on_first(backends, server, script)
     assert await asyncio.to_thread(gate.reached.wait, 30)
+    # The engine queues its events and commands are checked against the log: wait until the
+    # log shows the run at work (the model call now held began with AGENT_THINKING).
+    await wait_for(backends, workflow_id, "AGENT_THINKING")
     await control(owner, workflow_id, PAUSE)
     gate.release.set()
     await wait_for(backends, workflow_id, "WORKFLOW_PAUSED")
@@ -208,6 +217,9 @@ async def test_an_interrupt_sent_to_another_replica_reaches_the_run(
     script.steps = [Step(calls=[("calculator", {"expression": "2+2"})], during=gate.during)]
     workflow_id, _ = await start_on_first(backends, server, script)
     assert await asyncio.to_thread(gate.reached.wait, 30)
+    # The engine queues its events and commands are checked against the log: wait until the
+    # log shows the run at work (the model call now held began with AGENT_THINKING).
+    await wait_for(backends, workflow_id, "AGENT_THINKING")
     accepted = await second_executor.Interrupt(
         executor_pb2.InterruptRequest(workflow_id=workflow_id, tenant_id=TENANT, message="In words")
     )
