@@ -22,10 +22,10 @@ from .records import (
     Appended,
     NewEvent,
     StoredEvent,
-    Usage,
     WorkflowRecord,
     WorkflowStatus,
 )
+from .rows import event_row, stored_event, workflow_record
 
 Clock = Callable[[], datetime]
 
@@ -131,7 +131,7 @@ class SqlEventStore:
         """The workflow's row; NotFound when missing or owned by another tenant."""
         async with self._engine.connect() as conn:
             row = await _workflow_row(conn, workflow_id, tenant_id)
-        return _record(row)
+        return workflow_record(row)
 
     async def append(
         self,
@@ -233,7 +233,7 @@ class SqlEventStore:
                     count=len(batch),
                 )
             )
-        durable = [_event_values(event) for event in stored if event.type not in self._ephemeral]
+        durable = [event_row(event) for event in stored if event.type not in self._ephemeral]
         if durable:
             await conn.execute(insert(events), durable)
         full = [
@@ -284,7 +284,7 @@ class SqlEventStore:
         async with self._engine.connect() as conn:
             await _workflow_row(conn, workflow_id, tenant_id)  # tenancy: NotFound if not theirs
             rows = (await conn.execute(query)).mappings().all()
-        return [_stored(row) for row in rows]
+        return [stored_event(row) for row in rows]
 
 
 async def _workflow_row(conn: AsyncConnection, workflow_id: str, tenant_id: str) -> RowMapping:
@@ -353,55 +353,3 @@ async def _closed_log_answer(
         f"{last_seq}); nothing more can be appended"
     )
     raise error
-
-
-def _record(row: RowMapping) -> WorkflowRecord:
-    return WorkflowRecord(
-        workflow_id=row["id"],
-        tenant_id=row["tenant_id"],
-        owner=row["owner"],
-        status=WorkflowStatus(row["status"]),
-        query=row["query"],
-        session_id=row["session_id"],
-        last_seq=row["last_seq"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        result=row["result"],
-        error=row["error"],
-        usage=Usage(
-            input_tokens=row["input_tokens"],
-            output_tokens=row["output_tokens"],
-            total_tokens=row["total_tokens"],
-            cost_usd=row["cost_usd"],
-        ),
-        duration_ms=row["duration_ms"],
-        stream_ended=bool(row["stream_ended"]),
-        lease_owner=row["lease_owner"],
-        lease_expires_at=row["lease_expires_at"],
-    )
-
-
-def _event_values(event: StoredEvent) -> dict[str, Any]:
-    return {
-        "workflow_id": event.workflow_id,
-        "seq": event.seq,
-        "type": event.type,
-        "agent_id": event.agent_id,
-        "message": event.message,
-        "payload": event.payload_json,
-        "timestamp": event.timestamp,
-        "trace_id": event.trace_id,
-    }
-
-
-def _stored(row: RowMapping) -> StoredEvent:
-    return StoredEvent(
-        workflow_id=row["workflow_id"],
-        seq=row["seq"],
-        type=row["type"],
-        agent_id=row["agent_id"],
-        message=row["message"],
-        payload_json=row["payload"],
-        timestamp=row["timestamp"],
-        trace_id=row["trace_id"],
-    )
