@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.gateway.conftest import AuthStack
+from tests.support.cutting_proxy import CuttingProxy
 
 pytestmark = pytest.mark.integration
 
@@ -49,3 +50,30 @@ def test_approve_reports_the_services_answer(auth_stack: AuthStack) -> None:
     done = shuttle(auth_stack, "approve", "ap-1")
     assert done.returncode == 1
     assert "404" in done.stderr and "ap-1" in done.stderr
+
+
+def test_run_resumes_after_a_dropped_connection(auth_stack: AuthStack) -> None:
+    port = int(auth_stack.url.rsplit(":", 1)[1])
+    proxy = CuttingProxy(port, frames_before_cut=3).start()
+    try:
+        env = {
+            **os.environ,
+            "SHUTTLE_GATEWAY_URL": f"http://127.0.0.1:{proxy.port}",
+            "SHUTTLE_API_KEY": auth_stack.key_a,
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "shuttle.cli", "run", "What is 9*9?"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        proxy.stop()
+    assert proxy.cuts == 1
+    assert done.returncode == 0, done.stderr
+    assert "(connection lost" in done.stderr
+    assert done.stdout.strip() == "[demo model] 9*9 = 81"
+    # Resumed from the last seq: no step is shown twice.
+    assert done.stderr.count("→ calculator") == 1
+    assert done.stderr.count("← calculator") == 1
