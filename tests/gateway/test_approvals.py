@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.gateway.conftest import TICKET_SECRET, create_key
+from tests.gateway.conftest import TICKET_SECRET, create_key, drive
 from tests.support.sse import parse_frames
 from tests.support.stack import Stack, start_stack
 
@@ -113,3 +113,22 @@ def test_a_denied_call_is_blocked_and_the_model_is_told(gated: tuple[Stack, str,
     assert "denied" in observation["result"]
     assert of_type(events, "APPROVAL_DECISION")["payload"]["decision"] == "denied"
     assert events[-1]["type"] == "STREAM_END"
+
+
+def test_the_console_approves_denies_pauses_resumes_and_cancels(
+    gated: tuple[Stack, str, str], browser_tools: Path
+) -> None:
+    stack, key_a, _ = gated
+    result = drive("approvals", stack.gateway, key_a)
+    assert result.get("pageErrors") is None
+    approved, denied = result["approved"], result["denied"]
+    assert approved["buttonsDisabled"] and denied["buttonsDisabled"]
+    assert "Approval approved" in approved["notices"]
+    assert approved["observation"] == "25"
+    assert approved["answer"] == "[demo model] 5*5 = 25"
+    assert "Approval denied" in denied["notices"]
+    assert "denied" in denied["observation"]
+    assert "25" not in denied["answer"] and "16" not in denied["answer"]
+    # Pause and cancel from the console while a call waits: both act at the next checkpoint.
+    assert result["resumedAnswer"] == "[demo model] 3*3 = 9"
+    assert result["cancelledStatus"] == "cancelled"

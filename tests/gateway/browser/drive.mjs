@@ -2,6 +2,7 @@
 // object on stdout. Usage:
 //   node drive.mjs grpc-web GATEWAY_URL API_KEY
 //   node drive.mjs console  GATEWAY_URL API_KEY SCREENSHOT_PATH
+//   node drive.mjs approvals GATEWAY_URL API_KEY   (a gateway whose calculator needs approval)
 import { build } from "esbuild";
 import { chromium } from "playwright-core";
 import http from "node:http";
@@ -106,5 +107,65 @@ async function consoleScenario() {
   }
 }
 
-const result = mode === "grpc-web" ? await grpcWeb() : await consoleScenario();
+// Approve one task's tool call and deny another's with the console's own buttons.
+async function approvalScenario() {
+  const browser = await launch();
+  const out = {};
+  try {
+    const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+    page.on("pageerror", (err) => { out.pageErrors = [...(out.pageErrors || []), String(err)]; });
+    await page.goto(gateway + "/");
+    await page.waitForSelector("#key-form:not([hidden])");
+    await page.fill("#api-key", apiKey);
+    await page.click("#key-form button");
+    for (const [query, decision] of [["What is 5*5?", "approved"], ["What is 4*4?", "denied"]]) {
+      const previous = await page.evaluate(() => location.hash);
+      await page.fill("#query", query);
+      await page.click("#submit");
+      await page.waitForFunction((h) => location.hash && location.hash !== h, previous);
+      const button = page.locator(`#timeline li.approval button[data-decision=${decision}]`);
+      await button.waitFor({ timeout: 60000 });
+      await button.click();
+      await page.waitForSelector("#run-status.completed", { timeout: 60000 });
+      await page.waitForSelector("#answer:not([hidden])");
+      out[decision] = {
+        buttonsDisabled: await page.locator("#timeline li.approval button").evaluateAll(
+          (bs) => bs.every((b) => b.disabled)),
+        notices: await page.locator("#timeline li.notice").allInnerTexts(),
+        // textContent: the tool card is collapsed, so its text is not rendered.
+        observation: await page.locator("#timeline li.tool pre.observation").first()
+          .evaluate((e) => e.textContent),
+        answer: await page.locator("#answer").innerText(),
+      };
+    }
+    // Pause while a call waits for approval: the run stops at its next checkpoint, then
+    // resumes and finishes. Cancel the same way and the run ends cancelled.
+    for (const [query, action] of [["What is 3*3?", "pause"], ["What is 6*6?", "cancel"]]) {
+      const previous = await page.evaluate(() => location.hash);
+      await page.fill("#query", query);
+      await page.click("#submit");
+      await page.waitForFunction((h) => location.hash && location.hash !== h, previous);
+      const approve = page.locator("#timeline li.approval button[data-decision=approved]");
+      await approve.waitFor({ timeout: 60000 });
+      await page.click(`.controls button[data-action=${action}]`);
+      await approve.click();
+      if (action === "pause") {
+        await page.waitForSelector("#run-status.paused", { timeout: 60000 });
+        await page.click(".controls button[data-action=resume]");
+        await page.waitForSelector("#run-status.completed", { timeout: 60000 });
+        await page.waitForSelector("#answer:not([hidden])");
+        out.resumedAnswer = await page.locator("#answer").innerText();
+      } else {
+        await page.waitForSelector("#run-status.cancelled", { timeout: 60000 });
+        out.cancelledStatus = await page.locator("#run-status").innerText();
+      }
+    }
+    return out;
+  } finally {
+    await browser.close();
+  }
+}
+
+const result = mode === "grpc-web" ? await grpcWeb()
+  : mode === "approvals" ? await approvalScenario() : await consoleScenario();
 process.stdout.write(JSON.stringify(result) + "\n");
