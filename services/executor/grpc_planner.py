@@ -20,6 +20,16 @@ SELECT_TIMEOUT_SECONDS = 30.0
 DESCRIPTION_CHARS = 80
 
 
+def _summaries(tools: Sequence[ToolDefinition]) -> list[planner_pb2.ToolSummary]:
+    """The compact catalog the planner reads: each tool's name and first description line."""
+    return [
+        planner_pb2.ToolSummary(
+            name=t.name, description=(t.description.splitlines() or [""])[0][:DESCRIPTION_CHARS]
+        )
+        for t in tools
+    ]
+
+
 class GrpcToolSelector:
     def __init__(self, stub: planner_pb2_grpc.PlannerServiceAsyncStub) -> None:
         self._stub = stub
@@ -30,13 +40,7 @@ class GrpcToolSelector:
         request = planner_pb2.SelectToolsRequest(
             workflow_id=workflow_id,
             query=query,
-            tools=[
-                planner_pb2.ToolSummary(
-                    name=t.name,
-                    description=(t.description.splitlines() or [""])[0][:DESCRIPTION_CHARS],
-                )
-                for t in tools
-            ],
+            tools=_summaries(tools),
             max_tools=max_tools,
         )
         try:
@@ -73,13 +77,7 @@ class GrpcDagPlanner:
         request = planner_pb2.PlanRequest(
             workflow_id=workflow_id,
             query=query,
-            tools=[
-                planner_pb2.ToolSummary(
-                    name=t.name,
-                    description=(t.description.splitlines() or [""])[0][:DESCRIPTION_CHARS],
-                )
-                for t in tools
-            ],
+            tools=_summaries(tools),
             context=context,
         )
         try:
