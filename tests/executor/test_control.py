@@ -111,6 +111,14 @@ async def wait_for(backends: Backends, workflow_id: str, type_: str) -> None:
     raise AssertionError(f"the log ended without {type_}")
 
 
+async def held_at_work(backends: Backends, gate: Gate, workflow_id: str) -> None:
+    """Wait until the model call is held and the log shows the run at work: the engine queues
+    its events and commands are checked against the log (the held call began with
+    AGENT_THINKING)."""
+    assert await asyncio.to_thread(gate.reached.wait, 30)
+    await wait_for(backends, workflow_id, "AGENT_THINKING")
+
+
 async def test_pause_and_resume_from_another_replica(
     backends: Backends,
     server: ScriptedOpenAI,
@@ -118,10 +126,7 @@ async def test_pause_and_resume_from_another_replica(
 ) -> None:
     script, gate = gated_script()
     workflow_id, _ = await start_on_first(backends, server, script)
-    assert await asyncio.to_thread(gate.reached.wait, 30)
-    # The engine queues its events and commands are checked against the log: wait until the
-    # log shows the run at work (the model call now held began with AGENT_THINKING).
-    await wait_for(backends, workflow_id, "AGENT_THINKING")
+    await held_at_work(backends, gate, workflow_id)
 
     paused = await control(second_executor, workflow_id, PAUSE)
     assert paused.status == common_pb2.WORKFLOW_STATUS_RUNNING  # it pauses at a checkpoint
@@ -154,10 +159,7 @@ async def test_cancel_from_another_replica_stops_at_the_next_checkpoint(
 ) -> None:
     script, gate = gated_script()
     workflow_id, _ = await start_on_first(backends, server, script)
-    assert await asyncio.to_thread(gate.reached.wait, 30)
-    # The engine queues its events and commands are checked against the log: wait until the
-    # log shows the run at work (the model call now held began with AGENT_THINKING).
-    await wait_for(backends, workflow_id, "AGENT_THINKING")
+    await held_at_work(backends, gate, workflow_id)
 
     await control(second_executor, workflow_id, CANCEL)
     assert "being cancelled" in await refused(second_executor, workflow_id, CANCEL)
@@ -184,10 +186,7 @@ async def test_a_paused_run_can_be_cancelled(
 ) -> None:
     script, gate = gated_script()
     workflow_id, owner = await start_on_first(backends, server, script)
-    assert await asyncio.to_thread(gate.reached.wait, 30)
-    # The engine queues its events and commands are checked against the log: wait until the
-    # log shows the run at work (the model call now held began with AGENT_THINKING).
-    await wait_for(backends, workflow_id, "AGENT_THINKING")
+    await held_at_work(backends, gate, workflow_id)
     await control(owner, workflow_id, PAUSE)
     gate.release.set()
     await wait_for(backends, workflow_id, "WORKFLOW_PAUSED")
@@ -216,10 +215,7 @@ async def test_an_interrupt_sent_to_another_replica_reaches_the_run(
     gate = Gate(threading.Event(), threading.Event())
     script.steps = [Step(calls=[("calculator", {"expression": "2+2"})], during=gate.during)]
     workflow_id, _ = await start_on_first(backends, server, script)
-    assert await asyncio.to_thread(gate.reached.wait, 30)
-    # The engine queues its events and commands are checked against the log: wait until the
-    # log shows the run at work (the model call now held began with AGENT_THINKING).
-    await wait_for(backends, workflow_id, "AGENT_THINKING")
+    await held_at_work(backends, gate, workflow_id)
     accepted = await second_executor.Interrupt(
         executor_pb2.InterruptRequest(workflow_id=workflow_id, tenant_id=TENANT, message="In words")
     )
