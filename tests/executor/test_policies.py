@@ -18,7 +18,7 @@ from services.executor.engine.json_actions import extract_json_object, parse_act
 from services.executor.engine.observations import model_observation
 from services.executor.engine.synthesis import ToolStep, budget_answer
 from services.executor.follower import LogCommand
-from services.executor.policies.budget import TokenBudget
+from services.executor.policies.budget import BudgetCheck, TokenBudget
 from services.executor.policies.checklist import CompletionChecklist
 from services.executor.policies.context_guard import ContextGuard, Situation
 from services.executor.policies.control import RunCancelled, RunControl
@@ -94,11 +94,15 @@ def test_checklist_fires_once() -> None:
 def test_budget_warns_once_and_then_reports_exhaustion() -> None:
     budget = TokenBudget(1000, DEFAULTS.budget_warn_percent)
     below = int(1000 * DEFAULTS.budget_warn_percent / 100) - 1
-    assert budget.check(below).warn is False
-    assert budget.check(below + 1).warn is True
-    assert budget.check(999).warn is False and budget.check(999).exceeded is False
-    assert budget.check(1000).exceeded is True
-    assert TokenBudget(0, 80).check(10**9).exceeded is False
+    assert budget.charge(below).warn is False
+    assert budget.charge(1).warn is True
+    check = budget.charge(999 - budget.spent)
+    assert check.warn is False and check.exhausted is False and budget.refusal() is None
+    assert budget.charge(1).exhausted is True and budget.exhausted
+    assert budget.charge(50).exhausted is False, "the exhaustion is reported once"
+    assert budget.refusal() == "token budget exhausted (1050 of 1000 tokens used)"
+    unlimited = TokenBudget(0, 80)
+    assert unlimited.charge(10**9) == BudgetCheck() and not unlimited.exhausted
 
 
 def test_the_inbox_takes_each_message_once_and_merges_in_log_order() -> None:

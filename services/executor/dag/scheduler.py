@@ -26,6 +26,8 @@ class StepOutcome:
     tool_calls: int = 0
     ran: bool = True
     """False for a step that never started (a failed dependency, an exhausted budget)."""
+    cut_short: bool = False
+    """The team's budget ran out while the step ran: its result is what it had by then."""
 
 
 RunStep = Callable[[Step, Mapping[str, str]], Coroutine[Any, Any, StepOutcome]]
@@ -109,7 +111,7 @@ class RoundScheduler:
                     )
                     changed = True
                 elif refusal is not None:
-                    await self._skip(step, "BUDGET_EXCEEDED", f"step {step.id} not run: {refusal}")
+                    await self._skip(step, "STEP_SKIPPED", f"step {step.id} not run: {refusal}")
                     changed = True
                 elif len(self._running) < self._max_parallel:
                     await self._start(step)

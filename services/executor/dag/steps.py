@@ -17,6 +17,7 @@ from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import RunContext
 from services.executor.llm_observer import RunRetryObserver
+from services.executor.policies.budget import TokenBudget
 from services.executor.policies.control import RunCancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolHost, ToolSelector
@@ -94,12 +95,11 @@ class StepAgents:
     def model_for(self, step: Step) -> LLM:
         return pick_model(self._models, step.model_hint, self._llm)
 
-    async def run(self, step: Step, inputs: Mapping[str, str], budget_left: int) -> StepOutcome:
+    async def run(self, step: Step, inputs: Mapping[str, str], budget: TokenBudget) -> StepOutcome:
+        """Runs `step` spending the team's `budget`, which every running step checks before
+        each model call: once it is spent, each stops at its next call."""
         member = member_for(step, self.model_for(step))
         settings = replace(self._settings, max_iterations=self._limits.max_iterations)
-        if self._settings.token_budget > 0:
-            # The team shares one budget: a step may spend what is left when it starts.
-            settings = replace(settings, token_budget=max(budget_left, 1), budget_warn_percent=100)
         inbox = self._inbox.branch()
         agent = ReActAgent(
             self.model_for(step).with_observer(RunRetryObserver(self._reporter, step.id)),
@@ -110,6 +110,7 @@ class StepAgents:
             control=self._control,
             inbox=inbox,
             stream_answer=False,
+            budget=budget,
         )
         self._running[step.id] = agent
         prompt = step_prompt(self._query, step, inputs, self._inbox.received)
@@ -135,7 +136,13 @@ class StepAgents:
             self._inbox.release(inbox)
             self._running.pop(step.id, None)
             self.finished_usage += agent.usage
-        return StepOutcome(step, result.answer, usage=result.usage, tool_calls=len(result.steps))
+        return StepOutcome(
+            step,
+            result.answer,
+            usage=result.usage,
+            tool_calls=len(result.steps),
+            cut_short=result.budget_exceeded,
+        )
 
     async def _failed(
         self, step: Step, agent: ReActAgent, error_type: str, reason: str

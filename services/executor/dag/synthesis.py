@@ -38,6 +38,28 @@ def team_synthesis_messages(
     ]
 
 
+def budget_team_answer(budget: int, outcomes: Sequence[StepOutcome], draft: str) -> str:
+    """The team's answer once its token budget is spent, made without another model call:
+    the latest review's draft and every step's result as far as it got."""
+    lines = [f"The token budget of {budget} tokens was used up before the team finished the task."]
+    if draft.strip():
+        lines.append(f"\nDraft answer from the latest review:\n{draft.strip()}")
+    for outcome in outcomes:
+        if not outcome.ran:
+            status = "not run"
+        elif outcome.failed:
+            status = "failed"
+        else:
+            status = "stopped by the budget" if outcome.cut_short else "done"
+        lines.append(
+            f"\nStep {outcome.step.id} ({status}): {outcome.step.task}\n"
+            f"{cut(outcome.result, RESULT_CHARS)}"
+        )
+    if not outcomes and not draft.strip():
+        lines.append("No step was run before it ran out.")
+    return "\n".join(lines)
+
+
 async def stream_team_answer(
     llm: LLM, reporter: RunReporter, messages: list[dict[str, Any]], fallback: str
 ) -> tuple[str, TokenUsage]:

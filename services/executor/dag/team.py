@@ -13,9 +13,14 @@ from services.executor.dag.plan import Step, check_schedule, qualify
 from services.executor.dag.ports import Analysis, DagPlanner, StepResult
 from services.executor.dag.scheduler import RoundScheduler, StepOutcome
 from services.executor.dag.steps import StepAgents, member_for
-from services.executor.dag.synthesis import stream_team_answer, team_synthesis_messages
+from services.executor.dag.synthesis import (
+    SYNTHESIS_AGENT,
+    budget_team_answer,
+    stream_team_answer,
+    team_synthesis_messages,
+)
 from services.executor.engine.state import RunContext
-from services.executor.policies.budget import TokenBudget
+from services.executor.policies.budget import TokenBudget, spend
 from services.executor.policies.control import RunCancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolDefinition
@@ -67,7 +72,7 @@ class TeamRun:
         self._inbox = inbox
         self._settings = settings
         self._budget = TokenBudget(token_budget, budget_warn_percent)
-        self._budget_reported = False
+        """The team's one ledger: planning, analysis and every step's model calls charge it."""
         self._own_usage = TokenUsage()
         """Planning, analysis and synthesis; the steps' usage is the agents'."""
         self._outcomes: list[StepOutcome] = []
@@ -87,11 +92,14 @@ class TeamRun:
         except Exception:
             await self._retire(started, "failed")
             raise
-        messages = team_synthesis_messages(self._query, self._outcomes, draft, self._inbox.received)
-        await self._control.pause_point("answer")
-        answer, usage = await stream_team_answer(self._llm, self._reporter, messages, draft)
-        self._own_usage += usage
-        await self._retire(started, "task_completed")
+        if self._budget.exhausted:
+            # No more model calls: the answer is put together from what the steps had.
+            answer = budget_team_answer(self._budget.budget, self._outcomes, draft)
+            await self._reporter.answer_completed(SYNTHESIS_AGENT, answer, 0)
+            await self._retire(started, "budget_exceeded")
+        else:
+            answer = await self._synthesise(draft)
+            await self._retire(started, "task_completed")
         return TeamResult(
             answer=answer,
             usage=self.usage,
@@ -100,6 +108,13 @@ class TeamRun:
             rounds=rounds,
         )
 
+    async def _synthesise(self, draft: str) -> str:
+        messages = team_synthesis_messages(self._query, self._outcomes, draft, self._inbox.received)
+        await self._control.pause_point("answer")
+        answer, usage = await stream_team_answer(self._llm, self._reporter, messages, draft)
+        self._own_usage += usage
+        return answer
+
     async def _rounds(self, tools: Sequence[ToolDefinition]) -> tuple[int, str]:
         """Runs rounds until the analysis is confident; the rounds run and the best draft."""
         context = ""
@@ -107,6 +122,8 @@ class TeamRun:
         for number in range(1, self._settings.max_rounds + 1):
             await self._control.pause_point("planning")
             steps = await self._plan(number, tools, context)
+            if self._budget.exhausted:
+                return number, draft
             await self._recruit(number, steps, [t.name for t in tools])
             scheduler = RoundScheduler(
                 steps,
@@ -114,14 +131,16 @@ class TeamRun:
                 self._team,
                 self._control,
                 max_parallel=self._settings.max_parallel,
-                gate=self._budget_gate,
+                gate=self._budget.refusal,
             )
             self._outcomes.extend(await scheduler.run())
-            if self._budget_gate() is not None:
+            if self._budget.exhausted:
                 return number, draft
             await self._control.pause_point("analysis")
             analysis = await self._analyze()
             draft = analysis.answer if analysis is not None else draft
+            if self._budget.exhausted:
+                return number, draft
             follow_ups = self._inbox.drain()
             if self._done(analysis) and follow_ups is None:
                 return number, draft
@@ -154,7 +173,7 @@ class TeamRun:
             "", f"Planning round {number}", {"phase": "planning", "round": number}
         )
         planned = await self._planner.plan(self._ctx.workflow_id, self._query, tools, context)
-        self._own_usage += planned.usage
+        await self._charge(planned.usage)
         steps = qualify(planned.steps, number)
         check_schedule(steps)
         await self._reporter.status_update(
@@ -186,38 +205,18 @@ class TeamRun:
         self._recruited += len(members)
 
     async def _run_step(self, step: Step, inputs: Mapping[str, str]) -> StepOutcome:
-        left = self._budget.budget - self.usage.total_tokens
-        outcome = await self._agents.run(step, inputs, left)
-        await self._account()
-        return outcome
+        return await self._agents.run(step, inputs, self._budget)
 
-    async def _account(self) -> None:
-        used = self.usage.total_tokens
-        check = self._budget.check(used)
-        if check.warn:
-            await self._reporter.budget_threshold(
-                "", used, self._budget.budget, self._budget.warn_percent
-            )
-        if check.exceeded and not self._budget_reported:
-            self._budget_reported = True
-            await self._reporter.error(
-                "BUDGET_EXCEEDED",
-                f"token budget exhausted: {used} of {self._budget.budget} tokens used",
-                fatal=False,
-                extra={"tokens_used": used, "tokens_budget": self._budget.budget},
-            )
-
-    def _budget_gate(self) -> str | None:
-        used = self.usage.total_tokens
-        if self._budget.budget > 0 and used >= self._budget.budget:
-            return f"token budget exhausted ({used} of {self._budget.budget} tokens)"
-        return None
+    async def _charge(self, usage: TokenUsage) -> None:
+        """The team's own calls (planning, analysis) spend the budget the steps spend."""
+        self._own_usage += usage
+        await spend(self._budget, usage.total_tokens, self._reporter, "")
 
     async def _analyze(self) -> Analysis | None:
         results = [StepResult(o.step.id, o.step.task, o.result, o.failed) for o in self._outcomes]
         analysis = await self._planner.analyze(self._ctx.workflow_id, self._query, results)
         if analysis is not None:
-            self._own_usage += analysis.usage
+            await self._charge(analysis.usage)
         return analysis
 
     async def _retire(self, started: float, reason: str) -> None:

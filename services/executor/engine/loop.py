@@ -18,7 +18,7 @@ from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import AgentResult, RunContext
 from services.executor.engine.synthesis import ToolStep, budget_answer, fallback_answer
 from services.executor.engine.tool_runner import ToolRunner
-from services.executor.policies.budget import TokenBudget
+from services.executor.policies.budget import TokenBudget, spend
 from services.executor.policies.checklist import CompletionChecklist
 from services.executor.policies.context_guard import ContextGuard, Situation
 from services.executor.policies.control import Checkpoints, RunControl
@@ -45,6 +45,7 @@ class ReActAgent:
         control: Checkpoints | None = None,
         inbox: InterruptInbox | None = None,
         stream_answer: bool = True,
+        budget: TokenBudget | None = None,
     ) -> None:
         self.llm = llm
         self.tools = tools
@@ -55,6 +56,8 @@ class ReActAgent:
         self.streams_answer = stream_answer
         """False for an agent whose answer feeds others (a DAG step): no streamed synthesis."""
         self.inbox = InterruptInbox() if inbox is None else inbox
+        self.shared_budget = budget
+        """A budget other agents spend too (a team's); None: each run has its own."""
         self.usage = TokenUsage()
         """Tokens spent so far, kept current so that a cancelled run can still report them."""
 
@@ -73,7 +76,8 @@ class ReActAgent:
         tools = await self._select(query, ctx, tools)
         result = await _RunLoop(self, query, ctx, tools).run()
         if result.budget_exceeded:
-            await self.reporter.answer_completed(ctx.agent_id, result.answer, 0)
+            if self.streams_answer:
+                await self.reporter.answer_completed(ctx.agent_id, result.answer, 0)
         elif self.streams_answer:
             await self.control.checkpoint("answer", self.reporter)
             result.answer = await stream_answer(self.llm, self.reporter, query, ctx, result)
@@ -129,7 +133,9 @@ class _RunLoop:
         self.conversation.add_user(query, pinned=True)
         self.result = AgentResult(answer="", iterations=0, usage=TokenUsage())
         self.guard = ContextGuard(agent.llm, settings.context_budget, settings.compact_keep_recent)
-        self.budget = TokenBudget(settings.token_budget, settings.budget_warn_percent)
+        self.budget = agent.shared_budget or TokenBudget(
+            settings.token_budget, settings.budget_warn_percent
+        )
         self.reflection = SelfReflection(settings.reflection_interval)
         self.cycles = CycleDetector(settings.cycle_threshold)
         self.checklist = CompletionChecklist(
@@ -149,8 +155,9 @@ class _RunLoop:
         """One model call and what follows from it; True when the loop is over."""
         agent_id = self.ctx.agent_id
         await self.agent.control.checkpoint("llm_call", self.reporter)
-        await self._fit_context()
-        if self.result.budget_exceeded:
+        if not self.budget.exhausted:
+            await self._fit_context()
+        if self.budget.exhausted:
             return await self._end_over_budget(None)
         await self.reporter.thinking(agent_id, iteration, "start")
         response = await self.agent.llm.chat(self.conversation.messages, self.schemas)
@@ -160,7 +167,8 @@ class _RunLoop:
         await self.reporter.thinking(
             agent_id, iteration, "done", decision.reasoning, decision.next_action
         )
-        if self.result.budget_exceeded:
+        if self.budget.exhausted:
+            # Spent by this call or, in a team, by another agent's meanwhile.
             return await self._end_over_budget(decision)
         if decision.parse_failed:
             return await self._parse_failed(decision, response)
@@ -208,27 +216,14 @@ class _RunLoop:
     async def _end_over_budget(self, decision: Decision | None) -> bool:
         final = decision is not None and not decision.calls and not decision.parse_failed
         draft = decision.answer if decision is not None and final else ""
+        self.result.budget_exceeded = True
         self.result.answer = budget_answer(self.result.steps, self.budget.budget, draft)
         return True
 
     async def _account(self, usage: TokenUsage) -> None:
         self.result.usage += usage
         self.agent.usage = self.result.usage
-        used = self.result.usage.total_tokens
-        check = self.budget.check(used)
-        if check.warn:
-            await self.reporter.budget_threshold(
-                self.ctx.agent_id, used, self.budget.budget, self.budget.warn_percent
-            )
-        if check.exceeded and not self.result.budget_exceeded:
-            self.result.budget_exceeded = True
-            await self.reporter.error(
-                "BUDGET_EXCEEDED",
-                f"token budget exhausted: {used} of {self.budget.budget} tokens used",
-                fatal=False,
-                agent_id=self.ctx.agent_id,
-                extra={"tokens_used": used, "tokens_budget": self.budget.budget},
-            )
+        await spend(self.budget, usage.total_tokens, self.reporter, self.ctx.agent_id)
 
     async def _fit_context(self) -> None:
         situation = Situation(
