@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ from shuttle.v1 import (
 from tests.support.scripted_openai import ScriptedOpenAI
 
 TENANT = "tenant-a"
+EVENT_WAIT_SECONDS = 60
+"""How long a test waits for an event it expects: generous, for a loaded machine."""
 
 
 def agent_defaults() -> AgentSettings:
@@ -113,6 +116,23 @@ class Backends:
         )
         return [as_dict(e) async for e in stream]
 
+    async def first_event(
+        self, workflow_id: str, matches: Callable[[dict[str, Any]], bool]
+    ) -> dict[str, Any]:
+        """The first event on the log that `matches`, waiting for it live."""
+        stream = self.events.Stream(
+            events_pb2.StreamRequest(workflow_id=workflow_id, tenant_id=TENANT, from_seq=1)
+        )
+        try:
+            async with asyncio.timeout(EVENT_WAIT_SECONDS):
+                async for event in stream:
+                    found = as_dict(event)
+                    if matches(found):
+                        return found
+        finally:
+            stream.cancel()
+        raise AssertionError("the log ended without the awaited event")
+
     async def run_to_end(
         self, runs: RunManager, query: str, **request: Any
     ) -> list[dict[str, Any]]:
@@ -127,20 +147,28 @@ class Backends:
 
 
 async def start_backends(
-    data_dir: Path, planner_model_url: str = ""
+    data_dir: Path, planner_model_url: str = "", tool_hooks: str = ""
 ) -> tuple[Backends, list[GrpcService]]:
     """The planner uses the demo model, or the OpenAI-compatible server at
-    `planner_model_url`."""
+    `planner_model_url`; `tool_hooks` is a hooks file's text for the tools service (whose
+    approvals then go on the events service's log)."""
     settings = Settings(data_dir=data_dir, database_url="", tool_timeout_seconds=10)
     planner_settings = settings
     if planner_model_url:
         planner_settings = settings.model_copy(
             update={"openai_base_url": planner_model_url, "llm_max_retries": 0}
         )
-    services = [await build_events(settings), await build_tools(settings)]
-    services.append(await build_planner(planner_settings))
-    ports = {}
-    for name, service in zip(("events", "tools", "planner"), services, strict=True):
+    events = await build_events(settings)
+    ports = {"events": await events.start("127.0.0.1", 0)}
+    tools_settings = settings
+    if tool_hooks:
+        hooks_file = data_dir / "hooks.yaml"
+        hooks_file.write_text(tool_hooks)
+        tools_settings = settings.model_copy(
+            update={"tool_hooks_file": hooks_file, "events_addr": f"127.0.0.1:{ports['events']}"}
+        )
+    services = [events, await build_tools(tools_settings), await build_planner(planner_settings)]
+    for name, service in zip(("tools", "planner"), services[1:], strict=True):
         ports[name] = await service.start("127.0.0.1", 0)
     channels = [open_channel(f"127.0.0.1:{ports[name]}") for name in ("events", "tools", "planner")]
     backends = Backends(

@@ -2,17 +2,20 @@
 step agent's ReAct calls (by the step id in its prompt) and the final streamed synthesis.
 
 `TimedScriptedOpenAI` records when each request arrived and when its reply left, so a test
-can check that two steps' calls overlapped (ordering of instants, never a duration).
+can check that two steps' calls overlapped (ordering of instants, never a duration); it can
+also hold the replies to one kind of call until the test lets them go, without holding up
+the other calls.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from starlette.requests import Request
@@ -22,6 +25,8 @@ from services.planner.analysis import ANALYST_PROMPT
 from services.planner.planning import PLANNER_PROMPT
 from tests.support.scripted_openai import Reply, ScriptedOpenAI, text, tool_call
 
+HOLD_LIMIT_SECONDS = 60
+"""A held reply goes out after this long even if the test never lets it go."""
 STEP_ID = re.compile(r"Your step \((\S+)\):")
 
 StepReply = Reply | Callable[[dict[str, Any]], Reply]
@@ -37,6 +42,16 @@ def verdict(achieved: bool, confidence: float, answer: str = "draft") -> dict[st
         "confidence": confidence,
         "answer": answer,
         "reasoning": f"confidence {confidence}",
+    }
+
+
+def usage(total_tokens: int) -> dict[str, int]:
+    """A reply's usage object totalling `total_tokens`."""
+    output = min(7, total_tokens)
+    return {
+        "prompt_tokens": total_tokens - output,
+        "completion_tokens": output,
+        "total_tokens": total_tokens,
     }
 
 
@@ -69,6 +84,8 @@ class TeamModel:
     verdicts: list[dict[str, Any]] = field(default_factory=lambda: [verdict(True, 0.95)])
     steps: dict[str, list[StepReply]] = field(default_factory=dict)
     synthesis: str = "The team's final answer."
+    tokens_per_call: int = 0
+    """Usage every non-streamed reply reports unless scripted otherwise (0: the server's)."""
     calls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -82,6 +99,14 @@ class TeamModel:
             scripted = queue.pop(0) if queue else None
         if kind == "synthesis":
             return text(self.synthesis)
+        reply = self._reply(body, kind, number, scripted)
+        if self.tokens_per_call and reply.usage is None:
+            reply = replace(reply, usage=usage(self.tokens_per_call))
+        return reply
+
+    def _reply(
+        self, body: dict[str, Any], kind: str, number: int, scripted: StepReply | None
+    ) -> Reply:
         if kind == "plan":
             return structured(body, "submit_plan", self.plans[min(number, len(self.plans)) - 1])
         if kind == "analysis":
@@ -100,12 +125,30 @@ class TimedScriptedOpenAI(ScriptedOpenAI):
     def __init__(self, handler: TeamModel) -> None:
         super().__init__(handler)
         self.intervals: list[tuple[str, float, float]] = []
+        self._arrivals: dict[str, threading.Event] = {}
+        self._holds: dict[str, threading.Event] = {}
+        self._events_lock = threading.Lock()
+
+    def arrival(self, kind: str) -> threading.Event:
+        """Set once a call of `kind` has arrived (before any hold)."""
+        with self._events_lock:
+            return self._arrivals.setdefault(kind, threading.Event())
+
+    def hold(self, kind: str, until: threading.Event) -> None:
+        """Keep the replies to calls of `kind` waiting until `until` is set."""
+        self._holds[kind] = until
 
     async def _completions(self, request: Request) -> Response:
         arrived = time.monotonic()
         body = await request.json()
+        kind = label(body)
+        self.arrival(kind).set()
+        hold = self._holds.get(kind)
+        if hold is not None:
+            # In a worker thread: the server's loop goes on answering the other calls.
+            await asyncio.to_thread(hold.wait, HOLD_LIMIT_SECONDS)
         response = await super()._completions(request)
-        self.intervals.append((label(body), arrived, time.monotonic()))
+        self.intervals.append((kind, arrived, time.monotonic()))
         return response
 
     def interval(self, kind: str) -> tuple[float, float]:
