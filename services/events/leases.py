@@ -7,8 +7,11 @@ is one conditional UPDATE, so replicas racing on the same row never both win.
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import ColumnElement, and_, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -48,9 +51,17 @@ def _live() -> ColumnElement[bool]:
 
 
 class LeaseStore:
-    def __init__(self, engine: AsyncEngine, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        clock: Clock = utc_now,
+        write_lock: AbstractAsyncContextManager[Any] | None = None,
+    ) -> None:
         self._engine = engine
         self._clock = clock
+        # Shared with the event store on SQLite, whose writers would otherwise collide.
+        self._write_lock = write_lock or contextlib.nullcontext()
 
     async def renew(
         self, workflow_id: str, tenant_id: str, owner: str, ttl_ms: int
@@ -83,7 +94,7 @@ class LeaseStore:
             .values(lease_owner=owner, lease_expires_at=now + timedelta(milliseconds=ttl_ms))
             .returning(*workflows.c)
         )
-        async with self._engine.begin() as conn:
+        async with self._write_lock, self._engine.begin() as conn:
             granted = (await conn.execute(take)).mappings().one_or_none()
             if granted is not None:
                 return workflow_record(granted)
@@ -126,7 +137,7 @@ class LeaseStore:
             )
             .values(lease_owner=LOST_PREFIX + lease.lost_owner, lease_expires_at=now + hold)
         )
-        async with self._engine.begin() as conn:
+        async with self._write_lock, self._engine.begin() as conn:
             result = await conn.execute(claim)
         return result.rowcount == 1
 

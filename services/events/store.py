@@ -62,6 +62,12 @@ class SqlEventStore:
             asyncio.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
         )
 
+    @property
+    def write_lock(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """What this store's writers queue on (a lock on SQLite, nothing elsewhere), for other
+        writers of the same tables in this process."""
+        return self._write_lock
+
     async def create_workflow(
         self,
         *,

@@ -49,8 +49,9 @@ class Replica:
 
 def replica(engines: EngineMaker, clock: Clock) -> Replica:
     engine = engines()
-    event_log = EventLog(SqlEventStore(engine, clock=clock), MemoryHotTier())
-    leases = LeaseStore(engine, clock=clock)
+    store = SqlEventStore(engine, clock=clock)
+    event_log = EventLog(store, MemoryHotTier())
+    leases = LeaseStore(engine, clock=clock, write_lock=store.write_lock)
     return Replica(event_log, leases, LeaseSweeper(leases, event_log, interval_seconds=1.0))
 
 
