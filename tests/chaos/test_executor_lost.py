@@ -4,18 +4,16 @@ browser's stream ends instead of hanging; the log loses and repeats nothing."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.models import arithmetic_model
+from tests.support.models import HeldLoopCall
 from tests.support.processes import restart_supervised
-from tests.support.scripted_openai import Reply, ScriptedOpenAI, error
+from tests.support.scripted_openai import ScriptedOpenAI
 from tests.support.sse import LiveStream
 from tests.support.stack import start_stack
 
@@ -25,37 +23,23 @@ LEASE_SECONDS = 2
 SWEEP_SECONDS = 0.5
 
 
-class HeldModel:
-    """Answers like `arithmetic_model`, except that the executor's first tool-loop call is
-    held until the test lets go: the run is mid-model-call when its executor dies."""
-
-    def __init__(self) -> None:
-        self.held = threading.Event()
-        self.release = threading.Event()
-        self.base_url = ""
-
-    def __call__(self, body: dict[str, Any]) -> Reply:
-        if "tools" in body and not self.held.is_set():
-            self.held.set()
-            self.release.wait(120)
-            return error(503, "released after the test")
-        return arithmetic_model(body)
-
-
 @pytest.fixture
-def model() -> Iterator[HeldModel]:
-    held = HeldModel()
+def model() -> Iterator[tuple[HeldLoopCall, str]]:
+    held = HeldLoopCall()
     server = ScriptedOpenAI(handler=held).start()
-    held.base_url = server.base_url
-    yield held
-    held.release.set()
+    yield held, server.base_url
+    held.release()
     server.stop()
 
 
-def test_a_killed_executor_ends_its_run_cleanly(tmp_path: Path, model: HeldModel) -> None:
+def test_a_killed_executor_ends_its_run_cleanly(
+    tmp_path: Path, model: tuple[HeldLoopCall, str]
+) -> None:
+    held, base_url = model
+    held.arm()
     stack = start_stack(
         tmp_path,
-        model.base_url,
+        base_url,
         extra_env={
             "SHUTTLE_RUN_LEASE_SECONDS": str(LEASE_SECONDS),
             "SHUTTLE_EVENTS_LEASE_SWEEP_SECONDS": str(SWEEP_SECONDS),
@@ -70,13 +54,14 @@ def test_a_killed_executor_ends_its_run_cleanly(tmp_path: Path, model: HeldModel
         assert created.status_code == 201, created.text
         workflow_id = created.json()["workflow_id"]
         stream = LiveStream(stack.gateway, f"/api/v1/stream/sse?workflow_id={workflow_id}")
-        assert model.held.wait(60), "the run never called the model"
+        assert held.held.wait(60), "the run never called the model"
         stream.wait_for("AGENT_THINKING")
 
         executor = stack.supervisor.processes["executor"]
         killed_at = time.monotonic()
         executor.kill()
         executor.wait()
+        held.release()  # the model call's client is gone
         frames = stream.join()
 
         print(
