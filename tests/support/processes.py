@@ -66,7 +66,8 @@ def restart_supervised(supervisor: Supervisor, name: str, timeout_seconds: float
     old = supervisor.processes[name]
     old.kill()
     old.wait()
-    log = (supervisor.log_dir / f"{name}-restarted.log").open("ab")
+    log_path = supervisor.log_dir / f"{name}-restarted.log"
+    log = log_path.open("ab")
     process = subprocess.Popen(
         [sys.executable, "-m", MODULES[name]],
         env={**supervisor.environment(), **supervisor.process_env.get(name, {})},
@@ -82,7 +83,8 @@ def restart_supervised(supervisor: Supervisor, name: str, timeout_seconds: float
         health = health_pb2_grpc.HealthStub(channel)
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"{name} exited while restarting: {supervisor.tail(name)}")
+                output = log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{name} exited while restarting: {output}")
             try:
                 reply = health.Check(health_pb2.HealthCheckRequest(), timeout=1)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
