@@ -97,6 +97,8 @@ class Settings(BaseSettings):
     events_purge_interval_seconds: float = Field(3600.0, gt=0)
     events_poll_seconds: float = Field(1.0, gt=0)
     events_durable_llm_prompt: bool = False
+    # How often each events replica looks for runs whose executor stopped renewing its lease.
+    events_lease_sweep_seconds: float = Field(5.0, gt=0)
 
     # LLM: one OpenAI-compatible endpoint, or the offline demo model when unset.
     openai_base_url: str = Field(
@@ -142,6 +144,9 @@ class Settings(BaseSettings):
     # events service is ridden out before the run fails.
     events_batch_max: int = Field(256, ge=1)
     events_retry_seconds: float = Field(30.0, gt=0)
+    # The run lease: an executor renews it every third of this while a run is alive; a run
+    # whose lease lapses (its executor died) is failed by the events service as EXECUTOR_LOST.
+    run_lease_seconds: float = Field(15.0, ge=0.3, le=3600)
 
     # Prometheus metrics of a gRPC service on their own HTTP port (0: off); the gateway
     # serves /metrics on its own port.

@@ -16,19 +16,21 @@ from shuttle.v1 import events_pb2_grpc
 
 from .grpc_api import SERVICE_NAME, EventServiceServicer
 from .hot import HotTier, MemoryHotTier
+from .leases import LeaseStore
 from .log import EventLog
 from .migrate import migrate
 from .redis_hot import RedisHotTier
 from .retention import RetentionTask
 from .store import SqlEventStore
+from .sweeper import LeaseSweeper
 
 log = logging.getLogger("events")
 
 
 async def build(settings: Settings) -> GrpcService:
     """Open the database (creating a SQLite file's directory), migrate it, wire the EventLog
-    with the Redis hot tier (or the in-process one), start the retention task, and return
-    the unstarted server."""
+    with the Redis hot tier (or the in-process one), start the retention and lease-sweeping
+    tasks, and return the unstarted server."""
     url = settings.sqlalchemy_url
     database_file = sqlite_path(url)
     if database_file is not None:
@@ -56,11 +58,15 @@ async def build(settings: Settings) -> GrpcService:
             max_events=settings.events_hot_max_events, ttl_seconds=settings.events_hot_ttl_seconds
         )
         poll = None
-    servicer = EventServiceServicer(EventLog(store, hot, poll_seconds=poll))
+    event_log = EventLog(store, hot, poll_seconds=poll)
+    leases = LeaseStore(engine, write_lock=store.write_lock)
+    servicer = EventServiceServicer(event_log, leases)
     retention = RetentionTask(
         engine, settings.events_retention_days, settings.events_purge_interval_seconds
     )
     retention.start()
+    sweeper = LeaseSweeper(leases, event_log, settings.events_lease_sweep_seconds)
+    sweeper.start()
 
     def register(server: grpc.aio.Server) -> None:
         events_pb2_grpc.add_EventServiceServicer_to_server(servicer, server)
@@ -69,7 +75,7 @@ async def build(settings: Settings) -> GrpcService:
         name="events",
         service_names=[SERVICE_NAME],
         register=register,
-        on_stop=[retention.stop, *cleanups, engine.dispose],
+        on_stop=[sweeper.stop, retention.stop, *cleanups, engine.dispose],
     )
 
 

@@ -18,6 +18,7 @@ from shuttle.telemetry import current_trace_id
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 from .errors import AlreadyExists, EventsError, FailedPrecondition, InvalidArgument, NotFound
+from .leases import LeaseStore
 from .log import EventLog
 from .records import NewEvent, StoredEvent, WorkflowRecord, WorkflowStatus
 
@@ -39,8 +40,9 @@ _CODES: dict[type[EventsError], grpc.StatusCode] = {
 class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
     """Each RPC converts its request, calls EventLog, and converts the answer back."""
 
-    def __init__(self, event_log: EventLog) -> None:
+    def __init__(self, event_log: EventLog, leases: LeaseStore) -> None:
         self._log = event_log
+        self._leases = leases
 
     async def CreateWorkflow(
         self,
@@ -138,6 +140,18 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
             context, self._log.delete_workflows(tenant, list(request.workflow_ids))
         )
         return events_pb2.DeleteWorkflowsResponse(deleted=deleted, events_deleted=removed)
+
+    async def RenewLease(
+        self,
+        request: events_pb2.RenewLeaseRequest,
+        context: grpc.aio.ServicerContext[events_pb2.RenewLeaseRequest, events_pb2.Workflow],
+    ) -> events_pb2.Workflow:
+        tenant = await _tenant(context, request.tenant_id)
+        record = await _call(
+            context,
+            self._leases.renew(request.workflow_id, tenant, request.owner, request.ttl_ms),
+        )
+        return workflow_message(record)
 
 
 async def _tenant(context: Context, field_value: str) -> str:

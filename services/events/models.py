@@ -44,7 +44,8 @@ workflows = Table(
     Column("total_tokens", BigInteger, nullable=False, default=0),
     Column("cost_usd", Float, nullable=False, default=0.0),
     Column("duration_ms", BigInteger, nullable=False, default=0),
-    # Which replica runs the workflow and until when; stored for executors, not interpreted.
+    # Which executor replica runs the workflow and until when (see leases.py); the expiry is
+    # cleared when the workflow ends.
     Column("lease_owner", Text, nullable=False, default=""),
     Column("lease_expires_at", UtcDateTime, nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
@@ -52,6 +53,8 @@ workflows = Table(
     Index("ix_workflows_tenant_session", "tenant_id", "session_id"),
     # Retention purges by age of last activity.
     Index("ix_workflows_updated_at", "updated_at"),
+    # The lease sweep looks for lapsed leases; ended workflows have none (see leases.py).
+    Index("ix_workflows_lease_expires_at", "lease_expires_at"),
 )
 
 events = Table(

@@ -62,6 +62,12 @@ class SqlEventStore:
             asyncio.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
         )
 
+    @property
+    def write_lock(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """What this store's writers queue on (a lock on SQLite, nothing elsewhere), for other
+        writers of the same tables in this process."""
+        return self._write_lock
+
     async def create_workflow(
         self,
         *,
@@ -130,7 +136,7 @@ class SqlEventStore:
     async def get_workflow(self, workflow_id: str, tenant_id: str) -> WorkflowRecord:
         """The workflow's row; NotFound when missing or owned by another tenant."""
         async with self._engine.connect() as conn:
-            row = await _workflow_row(conn, workflow_id, tenant_id)
+            row = await workflow_row(conn, workflow_id, tenant_id)
         return workflow_record(row)
 
     async def append(
@@ -187,6 +193,9 @@ class SqlEventStore:
                 (workflows.c.status.in_([s.value for s in TERMINAL_STATUSES]), workflows.c.status),
                 else_=row_update.status.value,
             )
+            if row_update.status.is_terminal:
+                # The run is over: its lease means nothing more (the owner stays on record).
+                values["lease_expires_at"] = None
         # The bump comes first: it takes the row's write lock (PostgreSQL) or the database's
         # (SQLite) before anything is read, so SQLite never has to upgrade a read
         # transaction. A repeated batch then fails the insert into `appends` (its primary
@@ -282,12 +291,12 @@ class SqlEventStore:
         if types:
             query = query.where(events.c.type.in_(sorted(types)))
         async with self._engine.connect() as conn:
-            await _workflow_row(conn, workflow_id, tenant_id)  # tenancy: NotFound if not theirs
+            await workflow_row(conn, workflow_id, tenant_id)  # tenancy: NotFound if not theirs
             rows = (await conn.execute(query)).mappings().all()
         return [stored_event(row) for row in rows]
 
 
-async def _workflow_row(conn: AsyncConnection, workflow_id: str, tenant_id: str) -> RowMapping:
+async def workflow_row(conn: AsyncConnection, workflow_id: str, tenant_id: str) -> RowMapping:
     row = (
         (
             await conn.execute(
@@ -316,7 +325,7 @@ async def _earlier(
     conn: AsyncConnection, workflow_id: str, tenant_id: str, producer_id: str, batch_seq: int
 ) -> RowMapping | None:
     """The record of an earlier append of this batch, after checking the caller's tenant."""
-    await _workflow_row(conn, workflow_id, tenant_id)
+    await workflow_row(conn, workflow_id, tenant_id)
     query = select(appends.c.first_seq, appends.c.count).where(
         appends.c.workflow_id == workflow_id,
         appends.c.producer_id == producer_id,
@@ -344,7 +353,7 @@ async def _closed_log_answer(
     """Why the counter bump matched no row: no such workflow (NotFound), or its log has
     ended. A lone STREAM_END then is the producer closing a log the service already closed
     after its terminal event: it gets that STREAM_END's seq back. Anything else is refused."""
-    row = await _workflow_row(conn, workflow_id, tenant_id)
+    row = await workflow_row(conn, workflow_id, tenant_id)
     last_seq: int = row["last_seq"]
     if [event.type for event in batch] == ["STREAM_END"]:
         return Appended(events=[], seqs=[last_seq], repeated=True)

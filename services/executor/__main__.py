@@ -8,10 +8,16 @@ from services.executor.dag.steps import StepLimits
 from services.executor.dag.team import TeamSettings
 from services.executor.engine.settings import AgentSettings
 from services.executor.grpc_api import ExecutorServicer
-from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
+from services.executor.grpc_clients import (
+    GrpcEventSink,
+    GrpcRunLeases,
+    GrpcToolHost,
+    GrpcWorkflowRegistry,
+)
 from services.executor.grpc_log import GrpcCommandSource
 from services.executor.grpc_planner import GrpcDagPlanner, GrpcToolSelector
 from services.executor.instrumented import TracedToolHost
+from services.executor.lease import Leasing, replica_id
 from services.executor.routing import GrpcRouter
 from services.executor.runs import EmitterSettings, RunManager
 from shuttle.grpc_client import open_channel
@@ -71,6 +77,7 @@ async def build(settings: Settings) -> GrpcService:
             max_iterations=settings.dag_step_max_iterations,
             timeout_seconds=settings.dag_step_timeout_seconds,
         ),
+        leasing=Leasing(GrpcRunLeases(events), replica_id(), settings.run_lease_seconds),
     )
 
     async def finish_runs() -> None:

@@ -12,6 +12,7 @@ import grpc
 from services.executor.ports import (
     Artifact,
     EventDraft,
+    LeaseRefused,
     LogClosed,
     SinkUnavailable,
     ToolDefinition,
@@ -87,6 +88,28 @@ class GrpcEventSink:
                 raise LogClosed(str(exc.details())) from exc
             raise
         return list(response.seqs)
+
+
+class GrpcRunLeases:
+    """Run leases through EventService.RenewLease."""
+
+    def __init__(self, stub: events_pb2_grpc.EventServiceAsyncStub) -> None:
+        self._stub = stub
+
+    async def renew(self, workflow_id: str, tenant_id: str, owner: str, ttl_seconds: float) -> None:
+        request = events_pb2.RenewLeaseRequest(
+            workflow_id=workflow_id,
+            tenant_id=tenant_id,
+            owner=owner,
+            ttl_ms=max(1, round(ttl_seconds * 1000)),
+        )
+        try:
+            await self._stub.RenewLease(request, metadata=tenant_metadata(tenant_id))
+        except grpc.aio.AioRpcError as exc:
+            # Taken over or ended (FAILED_PRECONDITION), or deleted (NOT_FOUND): not ours.
+            if exc.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+                raise LeaseRefused(str(exc.details())) from exc
+            raise
 
 
 class GrpcToolHost:

@@ -98,3 +98,14 @@ class ToolSelector(Protocol):
     ) -> Sequence[str] | None:
         """Names of the tools worth offering for `query`; None when selection failed."""
         ...
+
+
+class LeaseRefused(Exception):
+    """The run's lease belongs to someone else now, or its workflow has ended: stop the run."""
+
+
+class RunLeases(Protocol):
+    async def renew(self, workflow_id: str, tenant_id: str, owner: str, ttl_seconds: float) -> None:
+        """Take or extend the lease for `ttl_seconds`; LeaseRefused when it is not ours to
+        have. Any other exception is transient (worth trying again)."""
+        ...

@@ -38,6 +38,8 @@ class RunReporter:
 
     def __init__(self, emitter: EventEmitter) -> None:
         self._emitter = emitter
+        self.ended = False
+        """Whether the run's terminal event has been emitted."""
 
     @property
     def last_seq(self) -> int:
@@ -90,6 +92,7 @@ class RunReporter:
             "agents_used": agents_used,
             "tools_invoked": tools_invoked,
         }
+        self.ended = True
         await self._emit("WORKFLOW_COMPLETED", "Workflow completed successfully", payload)
 
     async def error(
@@ -108,6 +111,7 @@ class RunReporter:
             "fatal": fatal,
             **(extra or {}),
         }
+        self.ended = self.ended or fatal
         await self._emit("ERROR_OCCURRED", error_message[:200], payload, agent_id)
 
     async def llm_retry(self, agent_id: str, notice: RetryNotice) -> None:
@@ -272,4 +276,5 @@ class RunReporter:
             "output_tokens": usage.output_tokens,
             "total_cost_usd": round(usage.cost_usd, 6),
         }
+        self.ended = True
         await self._emit("WORKFLOW_CANCELLED", f"Workflow cancelled at {checkpoint}", payload)

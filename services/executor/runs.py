@@ -20,6 +20,7 @@ from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import RunContext
 from services.executor.follower import CommandSource, LogCommand, RunReceiver, follow_commands
+from services.executor.lease import LeaseKeeper, Leasing
 from services.executor.llm_observer import RunRetryObserver
 from services.executor.policies.control import RunCancelled
 from services.executor.ports import EventSink, ToolHost, ToolSelector
@@ -94,7 +95,9 @@ class RunManager:
         models: ModelPicker | None = None,
         team: TeamSettings | None = None,
         step_limits: StepLimits | None = None,
+        leasing: Leasing | None = None,
     ) -> None:
+        self._leasing = leasing
         self._router = router
         self._planner = planner
         self._models = models
@@ -236,7 +239,12 @@ class RunManager:
         current_workflow.set(workflow_id)  # this task's log lines name the run
         RUNS_STARTED.inc()
         log.info("run started")
+        lease: LeaseKeeper | None = None
+        if self._leasing is not None:
+            lease = self._leasing.keeper(workflow_id, request.tenant_id, lambda: reporter.ended)
         try:
+            if lease is not None:
+                await lease.start()
             route = (
                 await self._router.route(
                     workflow_id, request.query, request.mode, request.tenant_id
@@ -272,8 +280,18 @@ class RunManager:
             log.info("run cancelled", extra={"checkpoint": cancelled.checkpoint})
             await self._close(reporter, workflow_id)
         except asyncio.CancelledError:
-            await self._fail(reporter, workflow_id, "SHUTDOWN", "the executor shut down mid-run")
-            raise
+            if lease is None or lease.lost is None:
+                await self._fail(
+                    reporter, workflow_id, "SHUTDOWN", "the executor shut down mid-run"
+                )
+                raise
+            # The lease keeper cancelled the run: whoever took the lease has ended the log,
+            # so there is nothing left to report.
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            RUNS_FINISHED.labels("lost").inc()
+            log.warning("run stopped: its lease was refused (%s)", lease.lost)
         except LLMError as exc:
             await self._fail(reporter, workflow_id, "LLM_ERROR", str(exc))
         except PlanningFailed as exc:
@@ -286,6 +304,8 @@ class RunManager:
             log.exception("run failed", extra={"workflow_id": workflow_id})
             await self._fail(reporter, workflow_id, "INTERNAL", f"{type(exc).__name__}: {exc}")
         finally:
+            if lease is not None:
+                await lease.stop()
             if follower is not None:
                 follower.cancel()
                 await asyncio.gather(follower, return_exceptions=True)

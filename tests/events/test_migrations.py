@@ -37,9 +37,9 @@ async def test_migrations_create_the_tables_with_their_own_version_table(
         engine
     )
     assert "alembic_version" not in await table_names(engine)  # left to other services
-    assert await current_revision(engine) == "0001"
+    assert await current_revision(engine) == "0002"
     await migrate(engine)  # a second run (a restart) changes nothing
-    assert await current_revision(engine) == "0001"
+    assert await current_revision(engine) == "0002"
 
 
 async def count(engine: AsyncEngine, table: Table, workflow_id: str) -> int:
@@ -94,7 +94,7 @@ async def test_admin_migrate_and_purge_commands(tmp_path: Path) -> None:
     env = {"SHUTTLE_DATA_DIR": str(tmp_path / "var"), "SHUTTLE_DATABASE_URL": ""}
     code, output = await run_admin(env, "migrate")
     assert code == 0, output
-    assert "revision 0001" in output
+    assert "revision 0002" in output
     assert (tmp_path / "var" / "shuttle.db").is_file()
     code, output = await run_admin(env, "purge", "--days", "30")
     assert code == 0, output
@@ -111,5 +111,38 @@ async def test_tables_that_predate_migrations_are_reported_clearly(tmp_path: Pat
             await conn.run_sync(lambda sync: workflows.create(sync))
         with pytest.raises(UnversionedSchema, match="predate migrations"):
             await migrate(engine)
+    finally:
+        await engine.dispose()
+
+
+async def test_revision_0002_indexes_lease_expiry_and_clears_it_on_ended_workflows(
+    tmp_path: Path,
+) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'upgrade.db'}")
+    try:
+        await migrate(engine, "0001")
+        then = datetime(2026, 6, 1, tzinfo=UTC)
+        rows = [("wf-done", "COMPLETED"), ("wf-running", "RUNNING")]
+        async with engine.begin() as conn:
+            for workflow_id, status in rows:
+                await conn.execute(
+                    workflows.insert().values(
+                        id=workflow_id,
+                        tenant_id="t1",
+                        status=status,
+                        lease_owner="exec-a",
+                        lease_expires_at=then,
+                        created_at=then,
+                        updated_at=then,
+                    )
+                )
+        await migrate(engine)
+        async with engine.connect() as conn:
+            expiry = dict(
+                (await conn.execute(select(workflows.c.id, workflows.c.lease_expires_at))).all()
+            )
+            indexes = await conn.run_sync(lambda sync: inspect(sync).get_indexes("workflows"))
+        assert expiry == {"wf-done": None, "wf-running": then}
+        assert "ix_workflows_lease_expires_at" in {index["name"] for index in indexes}
     finally:
         await engine.dispose()

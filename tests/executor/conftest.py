@@ -20,6 +20,7 @@ from services.executor.grpc_api import ExecutorServicer
 from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
 from services.executor.grpc_log import GrpcCommandSource
 from services.executor.grpc_planner import GrpcDagPlanner, GrpcToolSelector
+from services.executor.lease import Leasing
 from services.executor.ports import ToolSelector
 from services.executor.runs import RunManager, RunRequest
 from services.planner.__main__ import build as build_planner
@@ -76,6 +77,7 @@ class Backends:
         *,
         team: TeamSettings | None = None,
         step_limits: StepLimits | None = None,
+        leasing: Leasing | None = None,
         **overrides: Any,
     ) -> RunManager:
         settings = replace(agent_defaults(), tool_timeout_seconds=10, **overrides)
@@ -90,6 +92,7 @@ class Backends:
             planner=GrpcDagPlanner(self.planner),
             team=team,
             step_limits=step_limits,
+            leasing=leasing,
         )
 
     async def serve(

@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from shuttle.launcher import MODULES, Supervisor
 from shuttle.settings import child_environment
 from tests.support.stack import free_ports
 
@@ -57,3 +58,39 @@ def stop_process(process: subprocess.Popen[bytes]) -> int | None:
     except subprocess.TimeoutExpired:
         process.kill()
         return process.wait(timeout=5)
+
+
+def restart_supervised(supervisor: Supervisor, name: str, timeout_seconds: float = 60) -> None:
+    """Kill one of a Supervisor's gRPC services (SIGKILL) and start it again on its port,
+    with the same environment, once it is healthy again."""
+    old = supervisor.processes[name]
+    old.kill()
+    old.wait()
+    log_path = supervisor.log_dir / f"{name}-restarted.log"
+    log = log_path.open("ab")
+    process = subprocess.Popen(
+        [sys.executable, "-m", MODULES[name]],
+        env={**supervisor.environment(), **supervisor.process_env.get(name, {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    log.close()  # the child holds its own copy
+    supervisor.processes[name] = process
+    _, port = supervisor.settings.grpc_bind(name)
+    deadline = time.monotonic() + timeout_seconds
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while True:
+            if process.poll() is not None:
+                output = log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{name} exited while restarting: {output}")
+            try:
+                reply = health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not become healthy again")
+            time.sleep(0.1)
