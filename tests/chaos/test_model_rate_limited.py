@@ -44,7 +44,7 @@ async def test_rate_limited_model_calls_are_retried_and_every_run_completes(
         errors = [e for e in log if e["type"] == "ERROR_OCCURRED"]
         recoveries = [e for e in log if e["type"] == "ERROR_RECOVERY"]
         assert errors, "a run saw no rate limit"
-        assert all(e["payload"]["error_type"] == "RATE_LIMIT" for e in errors)
+        assert all(e["payload"]["error_type"] == "RATE_LIMIT" for e in errors), errors
         assert all(e["payload"]["recoverable"] and not e["payload"]["fatal"] for e in errors)
         # Each refused call succeeded on its retry: one recovery per error, right after it.
         assert len(recoveries) == len(errors)
