@@ -29,7 +29,7 @@ import itertools
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -191,7 +191,10 @@ async def submit(client: httpx.AsyncClient, query: str) -> str:
 
 
 async def wait_until(
-    condition: Any, what: str, timeout_seconds: float = 90.0, interval: float = 0.05
+    condition: Callable[[], Awaitable[bool]],
+    what: str,
+    timeout_seconds: float = 90.0,
+    interval: float = 0.05,
 ) -> float:
     """Poll an async `condition` until it is true; the seconds it took. Failures of the
     condition itself (a service still down) count as not yet."""

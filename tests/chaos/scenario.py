@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import grpc
 import httpx
 
-from tests.chaos.harness import RunAudit, audit_run, last_seq, read_log, submit
+from tests.chaos.harness import RunAudit, audit_run, last_seq, read_log, submit, wait_until
 from tests.chaos.subscriber import Stall, Subscription, follow
 
 # Generous: a loaded two-core machine may take a while, and a wait never slows a passing test.
@@ -50,6 +50,22 @@ class Scenario:
             )
         )
         return sub
+
+    def subscribe_to_every_run(self, per_run: int) -> None:
+        for workflow_id in self.workflow_ids:
+            for _ in range(per_run):
+                self.subscribe(workflow_id)
+
+    async def wait_until_mid_run(self) -> None:
+        """Until every subscriber has seen a tool observation: each run is under way, with
+        more model calls to come."""
+
+        async def every_run_has_used_a_tool() -> bool:
+            return all(
+                any(e["type"] == "TOOL_OBSERVATION" for e in s.events) for s in self.subscriptions
+            )
+
+        await wait_until(every_run_has_used_a_tool, "every run has used a tool")
 
     async def positions(self) -> dict[str, int]:
         """Each run's last_seq now, from its registry row."""

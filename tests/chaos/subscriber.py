@@ -44,7 +44,7 @@ class Subscription:
     errors: list[str] = field(default_factory=list)
     ended: bool = False
     resume_waits: list[float] = field(default_factory=list)
-    """Seconds from losing a connection to the first event on the next one."""
+    """Seconds from losing a connection to the server accepting the next one (200)."""
 
     @property
     def seqs(self) -> list[int]:
@@ -82,7 +82,10 @@ async def follow(
                     sub.errors.append(f"HTTP {response.status_code}: {response.text[:200]}")
                 else:
                     sub.connections += 1
-                    cut, lost_at = await _read(response, sub, cut_after, stall, lost_at)
+                    if lost_at is not None:
+                        sub.resume_waits.append(time.monotonic() - lost_at)
+                        lost_at = None
+                    cut = await _read(response, sub, cut_after, stall)
                     if cut:
                         sub.cuts += 1
                         lost_at = time.monotonic()
@@ -103,8 +106,7 @@ async def _read(
     sub: Subscription,
     cut_after: Collection[int],
     stall: Stall | None,
-    lost_at: float | None,
-) -> tuple[bool, float | None]:
+) -> bool:
     """Frames until the server closes, STREAM_END, or a planned cut (then True)."""
     lines: list[str] = []
     async for line in response.aiter_lines():
@@ -117,22 +119,19 @@ async def _read(
             if frame.event == "error":
                 # The server could not go on (e.g. the events service went away): resume.
                 sub.errors.append(f"stream error: {frame.data[:200]}")
-                return False, lost_at
+                return False
             if frame.id is None:
                 continue
-            if lost_at is not None:
-                sub.resume_waits.append(time.monotonic() - lost_at)
-                lost_at = None
             sub.events.append(frame.envelope)
             if frame.event == "STREAM_END":
                 sub.ended = True
                 if stall is not None and stall.resumed_at:
                     stall.caught_up_seconds = time.monotonic() - stall.resumed_at
-                return False, None
+                return False
             if stall is not None and len(sub.events) == stall.after_events:
                 stall.stalled.set()
                 await stall.released.wait()
                 stall.resumed_at = time.monotonic()
             if len(sub.events) in cut_after:
-                return True, None
-    return False, lost_at
+                return True
+    return False

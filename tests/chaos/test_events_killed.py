@@ -9,7 +9,7 @@ import pytest
 
 from tests.chaos.conftest import Scale
 from tests.chaos.faults import kill_and_restart
-from tests.chaos.harness import assert_clean, record_row, wait_for_progress, wait_until
+from tests.chaos.harness import assert_clean, record_row, wait_for_progress
 from tests.chaos.scenario import scenario
 from tests.support.stack import Stack
 
@@ -21,16 +21,9 @@ async def test_no_event_is_lost_or_duplicated_when_the_events_service_is_killed(
 ) -> None:
     async with scenario(embedded_stack.gateway, embedded_stack.grpc_ports["events"]) as chaos:
         ids = await chaos.start_runs(scale.runs, "events-killed")
-        for workflow_id in ids:
-            for _ in range(scale.subscribers_per_run):
-                chaos.subscribe(workflow_id)
+        chaos.subscribe_to_every_run(scale.subscribers_per_run)
 
-        async def every_run_has_used_a_tool() -> bool:
-            return all(
-                any(e["type"] == "TOOL_OBSERVATION" for e in s.events) for s in chaos.subscriptions
-            )
-
-        await wait_until(every_run_has_used_a_tool, "every run has used a tool")
+        await chaos.wait_until_mid_run()
         at_fault = await chaos.positions()
         killed_at = time.monotonic()
         await asyncio.to_thread(kill_and_restart, embedded_stack, "events")

@@ -33,9 +33,7 @@ async def test_rate_limited_model_calls_are_retried_and_every_run_completes(
 ) -> None:
     async with scenario(embedded_stack.gateway, embedded_stack.grpc_ports["events"]) as chaos:
         ids = await chaos.start_runs(scale.runs, "rate-limited")
-        for workflow_id in ids:
-            for _ in range(scale.subscribers_per_run):
-                chaos.subscribe(workflow_id)
+        chaos.subscribe_to_every_run(scale.subscribers_per_run)
         audits = await chaos.finish()
         logs = [await read_log(chaos.channel, wf) for wf in ids]
 

@@ -36,7 +36,7 @@ async def test_clients_that_reconnect_at_random_points_get_every_event_once(
         audits,
         chaos.subscriptions,
         max(waits),
-        "longest cut to first event on the resumed connection",
+        "longest cut to the resumed stream being accepted",
     )
     assert_clean(audits)
     assert all(s.cuts == scale.cuts_per_client for s in chaos.subscriptions)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.chaos.conftest import Scale, ScaledStack
-from tests.chaos.harness import assert_clean, record_row, wait_for_progress, wait_until
+from tests.chaos.harness import assert_clean, record_row, wait_for_progress
 from tests.chaos.scenario import scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
@@ -20,16 +20,9 @@ async def test_runs_and_streams_go_on_through_a_redis_outage(
     stack = scaled_stack.stack
     async with scenario(stack.gateway, stack.grpc_ports["events"]) as chaos:
         ids = await chaos.start_runs(scale.runs, "redis-restarted")
-        for workflow_id in ids:
-            for _ in range(scale.subscribers_per_run):
-                chaos.subscribe(workflow_id)
+        chaos.subscribe_to_every_run(scale.subscribers_per_run)
 
-        async def every_run_has_used_a_tool() -> bool:
-            return all(
-                any(e["type"] == "TOOL_OBSERVATION" for e in s.events) for s in chaos.subscriptions
-            )
-
-        await wait_until(every_run_has_used_a_tool, "every run has used a tool")
+        await chaos.wait_until_mid_run()
         at_fault = await chaos.positions()
         stopped_at = time.monotonic()
         await asyncio.to_thread(scaled_stack.redis.stop)
