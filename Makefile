@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/shuttle/v1/*.proto)
 STUBS  := shuttle/v1/__init__.py
 
-.PHONY: install proto run test test-unit test-integration lint fmt bench bench-events migrate purge clean
+.PHONY: install proto run test test-unit test-integration chaos lint fmt bench bench-events migrate purge clean
 
 install: $(STAMP) $(STUBS)
 
@@ -43,6 +43,14 @@ test-unit: install
 
 test-integration: install
 	$(PY) -m pytest -q -m integration
+
+# The fault matrix at full size (more runs, 100 reconnecting SSE clients); `make test` runs a
+# reduced form. Each fault test records its row under var/chaos/, rendered into
+# docs/reliability.md.
+chaos: install
+	rm -rf var/chaos
+	CHAOS_SCALE=full $(PY) -m pytest -q -m chaos tests/chaos
+	$(PY) -m tests.chaos.report --write
 
 lint: install
 	$(PY) -m ruff check .

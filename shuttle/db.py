@@ -18,9 +18,15 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 def create_engine(
     url: str, *, echo: bool = False, connect_args: dict[str, Any] | None = None
 ) -> AsyncEngine:
-    """An AsyncEngine for `url`; SQLite files get WAL, a busy timeout and foreign keys."""
-    engine = create_async_engine(url, echo=echo, connect_args=connect_args or {})
-    if make_url(url).get_backend_name() == "sqlite":
+    """An AsyncEngine for `url`; SQLite files get WAL, a busy timeout and foreign keys;
+    database servers get their pooled connections checked before use."""
+    sqlite = make_url(url).get_backend_name() == "sqlite"
+    # A restarted database server leaves every pooled connection closed; without the check
+    # each would fail one request (e.g. a task submission) before the pool replaced it.
+    engine = create_async_engine(
+        url, echo=echo, connect_args=connect_args or {}, pool_pre_ping=not sqlite
+    )
+    if sqlite:
         event.listen(engine.sync_engine, "connect", _tune_sqlite)
     return engine
 

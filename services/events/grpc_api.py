@@ -10,7 +10,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
 from shuttle.envelope import stream_id, type_name, type_value
 from shuttle.grpc_client import TENANT_METADATA_KEY
@@ -104,7 +104,7 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
         try:
             async for event in events:
                 yield event_message(event)
-        except (EventsError, SQLAlchemyError) as exc:
+        except (EventsError, SQLAlchemyError, OSError) as exc:
             await _abort(context, exc)
 
     async def List(
@@ -260,8 +260,24 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 async def _call(context: Context, operation: Awaitable[_T]) -> _T:
     try:
         return await operation
-    except (EventsError, SQLAlchemyError) as exc:
+    except (EventsError, SQLAlchemyError, OSError) as exc:
         await _abort(context, exc)
+
+
+# SQLSTATE classes of a database that is down or on its way up: connection exception (08)
+# and operator intervention (57: shutting down, crashed, "the database system is starting up").
+_TRANSIENT_SQLSTATE_CLASSES = ("08", "57")
+
+
+def storage_unavailable(exc: BaseException) -> bool:
+    """Whether a storage failure is the database being out of reach for now (a retry by the
+    caller, whose appends are idempotent, will do) rather than a fault in the request."""
+    if isinstance(exc, OSError | OperationalError | InterfaceError):
+        return True  # refused connection, locked SQLite, pooled connection closed by a restart
+    if isinstance(exc, DBAPIError):
+        sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
+        return exc.connection_invalidated or sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES
+    return False
 
 
 async def _abort(context: Context, exc: Exception) -> NoReturn:
@@ -269,8 +285,7 @@ async def _abort(context: Context, exc: Exception) -> NoReturn:
     if isinstance(exc, EventsError):
         await context.abort(_CODES.get(type(exc), grpc.StatusCode.INTERNAL), str(exc))
     log.exception("storage error", exc_info=exc)
-    if isinstance(exc, OperationalError):
-        # Locked or unreachable database: worth a retry by the caller.
+    if storage_unavailable(exc):
         await context.abort(grpc.StatusCode.UNAVAILABLE, "event storage is unavailable; retry")
     await context.abort(grpc.StatusCode.INTERNAL, "event storage failed; see the events log")
     raise AssertionError("context.abort returned")

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 2.0
 BLOCK_MS = 5_000
+BLOCKING_READ_MARGIN_SECONDS = 5.0
 PUMP_BATCH = 1_000
 
 
@@ -56,13 +57,18 @@ class RedisHotTier:
         retry_seconds: float = RETRY_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        # Commands fail fast so an unreachable Redis cannot stall appends; the pumps'
-        # blocking reads need no socket timeout of their own (BLOCK bounds them).
+        # Commands fail fast so an unreachable Redis cannot stall appends. The pumps' blocking
+        # reads wait up to BLOCK_MS by design: their socket timeout must outlast that, or
+        # (with the client's default of 5 s) every idle read would mark Redis down.
         self._redis: Redis = Redis.from_url(
             url, decode_responses=True, socket_timeout=2.0, socket_connect_timeout=2.0
         )
         self._blocking: Redis = Redis.from_url(
-            url, decode_responses=True, socket_connect_timeout=2.0, health_check_interval=30
+            url,
+            decode_responses=True,
+            socket_timeout=BLOCK_MS / 1000 + BLOCKING_READ_MARGIN_SECONDS,
+            socket_connect_timeout=2.0,
+            health_check_interval=30,
         )
         self._prefix = prefix
         self._max_events = max_events
