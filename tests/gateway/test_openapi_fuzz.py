@@ -100,7 +100,9 @@ def _use_real_ids(case: Any, ids: RealIds) -> bool:
         if "session_id" in params:
             params["session_id"], replaced = ids.session_id, True
     if case.path == "/v1/chat/completions" and isinstance(case.body, dict):
-        case.body["model"] = "shuttle-auto"  # a model that exists, so the run is reached
+        # A model that exists and a question at the end, so a real run answers.
+        case.body["model"] = "shuttle-auto"
+        case.body["messages"] = [*case.body["messages"], {"role": "user", "content": "2*3?"}]
     return replaced
 
 
