@@ -176,6 +176,7 @@ def test_any_query_value_is_a_stream_or_a_400_never_a_5xx(
                     assert "Last-Event-ID" in response.json()["error"]["message"]
 
 
+@pytest.mark.integration
 def test_an_id_past_the_end_of_a_finished_stream_ends_at_once(
     auth_stack: AuthStack, finished_a: str
 ) -> None:
