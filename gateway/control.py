@@ -23,7 +23,6 @@ router = APIRouter(prefix="/api/v1", tags=["control"])
 CONTROL_ERRORS: dict[int | str, dict[str, Any]] = {
     **ERRORS,
     409: {"description": "the workflow's state forbids this command"},
-    501: {"description": "the backend does not implement this command yet"},
 }
 
 _ACTIONS = {

@@ -7,11 +7,28 @@ what it needs to fill in later frames (iteration start times, usage, iteration c
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 Frame = tuple[str, dict[str, Any]]
+
+
+def _number(value: Any) -> float:
+    """A number from a payload. Payload fields are not typed on the log, so a slip by any
+    producer (a string, null, a huge integer) reads as 0 instead of ending the stream."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return 0.0
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return 0.0
+    return number if math.isfinite(number) else 0.0
+
+
+def _int(value: Any) -> int:
+    return int(_number(value))
 
 
 def _seconds(timestamp: str) -> float | None:
@@ -38,7 +55,7 @@ class FimTranslator:
     # -- tool loop --------------------------------------------------------------------------
 
     def _on_agent_thinking(self, event: dict[str, Any], p: dict[str, Any]) -> list[Frame]:
-        iteration = int(p.get("iteration", 0))
+        iteration = _int(p.get("iteration", 0))
         self.iterations = max(self.iterations, iteration)
         if p.get("status") == "start":
             started = _seconds(event.get("timestamp", ""))
@@ -73,13 +90,13 @@ class FimTranslator:
         ]
 
     def _on_tool_observation(self, event: dict[str, Any], p: dict[str, Any]) -> list[Frame]:
-        iteration = int(p.get("iteration", 0))
+        iteration = _int(p.get("iteration", 0))
         started = self._iteration_started.get(iteration)
         now = _seconds(event.get("timestamp", ""))
         if started is not None and now is not None:
             elapsed = max(0.0, now - started)
         else:  # resumed past the iteration's start: the tool's own duration is what is known
-            elapsed = float(p.get("duration_ms", 0)) / 1000
+            elapsed = _number(p.get("duration_ms", 0)) / 1000
         return [
             (
                 "step",
@@ -106,7 +123,7 @@ class FimTranslator:
     def _on_thread_message_delta(self, event: dict[str, Any], p: dict[str, Any]) -> list[Frame]:
         frames: list[Frame] = []
         # A client resuming mid-answer already had the start (its first delta had index 0).
-        if not self.answer_open and int(p.get("index", 0)) == 0:
+        if not self.answer_open and _int(p.get("index", 0)) == 0:
             frames += self._open_answer()
         self.answer_open = True
         delta = str(p.get("delta", ""))
@@ -154,7 +171,7 @@ class FimTranslator:
     # -- the end ----------------------------------------------------------------------------
 
     def _on_agent_completed(self, event: dict[str, Any], p: dict[str, Any]) -> list[Frame]:
-        self.iterations = max(self.iterations, int(p.get("iterations", 0)))
+        self.iterations = max(self.iterations, _int(p.get("iterations", 0)))
         return []
 
     def _on_workflow_completed(self, event: dict[str, Any], p: dict[str, Any]) -> list[Frame]:
@@ -167,7 +184,7 @@ class FimTranslator:
                 "total_tokens": p.get("total_tokens", 0),
                 "cost_usd": p.get("total_cost_usd", 0.0),
             },
-            "elapsed": round(float(p.get("duration_ms", 0)) / 1000, 3),
+            "elapsed": round(_number(p.get("duration_ms", 0)) / 1000, 3),
         }
         return [("done", done)]
 

@@ -27,9 +27,10 @@ from gateway.errors import ApiError
 from gateway.grpc_web_framing import (
     MESSAGE_FLAG,
     TRAILER_FLAG,
+    Frame,
+    FrameDecoder,
     FramingError,
     WebContentType,
-    decode_text,
     encode_frame,
     parse_content_type,
     parse_timeout,
@@ -86,8 +87,7 @@ class GrpcWebProxy:
             method = self._method(service, method_name)
             caller = await caller_of(request)
             timeout = self._timeout(request)
-            body = await request.body()
-            raw = single_message(decode_text(body) if content_type.text else body)
+            raw = await _request_message(request, content_type.text)
             payload = self._prepare(method, raw, content_type, caller.tenant_id)
         except ApiError as exc:
             code = _HTTP_TO_GRPC.get(exc.status, grpc.StatusCode.INVALID_ARGUMENT)
@@ -194,6 +194,21 @@ class GrpcWebProxy:
         message = message_factory.GetMessageClass(method.output_type)()
         message.ParseFromString(reply)
         return json_format.MessageToJson(message, indent=None).encode()
+
+
+MAX_REQUEST_FRAMES = 8
+"""A request is one message and perhaps a trailers frame; more is refused while it arrives."""
+
+
+async def _request_message(request: Request, text: bool) -> bytes:
+    """The request message, decoded as the body arrives: an oversized one is never buffered."""
+    decoder = FrameDecoder(text)
+    frames: list[Frame] = []
+    async for chunk in request.stream():
+        frames += decoder.feed(chunk)
+        if len(frames) > MAX_REQUEST_FRAMES:
+            raise FramingError(f"expected exactly one request message, got {len(frames)} frames")
+    return single_message(frames + decoder.finish())
 
 
 class _RpcRefusal(Exception):

@@ -23,6 +23,10 @@ _HEADER = struct.Struct(">BI")
 
 _CONTENT_TYPE = re.compile(r"^application/grpc-web(-text)?(?:\+(proto|json))?$")
 _TIMEOUT = re.compile(r"^(\d{1,8})([HMSmun])$")
+_WHITESPACE = re.compile(rb"\s+")
+_SEGMENT_END = re.compile(rb"(?<==)(?=[^=])")
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+"""The largest request message accepted, the same limit the backends' gRPC servers set."""
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 
 
@@ -55,18 +59,75 @@ def parse_timeout(value: str) -> float:
     return int(match.group(1)) * _TIMEOUT_UNITS[match.group(2)]
 
 
+Frame = tuple[int, bytes]
+
+
+class FrameDecoder:
+    """Frames of a body that arrives in chunks split anywhere; binary or base64 text.
+
+    A frame announcing more than `max_length` bytes is refused as soon as its header
+    arrives, so an oversized request is never buffered.
+    """
+
+    def __init__(self, text: bool, max_length: int = MAX_FRAME_BYTES) -> None:
+        self._text = text
+        self._max_length = max_length
+        self._base64 = bytearray()
+        self._binary = bytearray()
+
+    def feed(self, chunk: bytes) -> list[Frame]:
+        if not self._text:
+            self._binary += chunk
+            return self._frames()
+        self._base64 += _WHITESPACE.sub(b"", chunk)
+        # Padded segments are whole quartets, so every complete quartet can be decoded now.
+        ready = len(self._base64) - len(self._base64) % 4
+        self._binary += _decode_base64(bytes(self._base64[:ready]))
+        del self._base64[:ready]
+        return self._frames()
+
+    def finish(self) -> list[Frame]:
+        """The last frames; raises FramingError if the body stopped inside one."""
+        if self._base64:  # an unpadded tail
+            self._binary += _b64(bytes(self._base64))
+            self._base64.clear()
+        frames = self._frames()
+        if self._binary:
+            if len(self._binary) < _HEADER.size:
+                raise FramingError("the body ends inside a frame header")
+            _, length = _HEADER.unpack_from(self._binary)
+            raise FramingError(f"a frame announces {length} bytes but the body ends sooner")
+        return frames
+
+    def _frames(self) -> list[Frame]:
+        frames: list[Frame] = []
+        offset = 0
+        while len(self._binary) - offset >= _HEADER.size:
+            flag, length = _HEADER.unpack_from(self._binary, offset)
+            if length > self._max_length:
+                raise FramingError(
+                    f"a frame announces {length} bytes; at most {self._max_length} are accepted"
+                )
+            end = offset + _HEADER.size + length
+            if end > len(self._binary):
+                break
+            frames.append((flag, bytes(self._binary[offset + _HEADER.size : end])))
+            offset = end
+        del self._binary[:offset]
+        return frames
+
+
 def decode_text(body: bytes) -> bytes:
     """Decode concatenated padded base64 segments (one per frame, or one for all)."""
-    compact = re.sub(rb"\s+", b"", body)
-    out = bytearray()
-    start = 0
-    # A segment ends at its padding; unpadded tails run to the end of the body.
-    for match in re.finditer(rb"=+", compact):
-        out += _b64(compact[start : match.end()])
-        start = match.end()
-    if start < len(compact):
-        out += _b64(compact[start:])
-    return bytes(out)
+    compact = _WHITESPACE.sub(b"", body)
+    aligned = len(compact) - len(compact) % 4
+    tail = compact[aligned:]
+    return _decode_base64(compact[:aligned]) + (_b64(tail) if tail else b"")
+
+
+def _decode_base64(quartets: bytes) -> bytes:
+    """Whole base64 quartets; a segment ends at its padding, the next starts after it."""
+    return b"".join(_b64(segment) for segment in _SEGMENT_END.split(quartets) if segment)
 
 
 def _b64(segment: bytes) -> bytes:
@@ -76,25 +137,16 @@ def _b64(segment: bytes) -> bytes:
         raise FramingError("the grpc-web-text body is not valid base64") from None
 
 
-def parse_frames(data: bytes) -> list[tuple[int, bytes]]:
-    frames: list[tuple[int, bytes]] = []
-    offset = 0
-    while offset < len(data):
-        if len(data) - offset < _HEADER.size:
-            raise FramingError("the body ends inside a frame header")
-        flag, length = _HEADER.unpack_from(data, offset)
-        offset += _HEADER.size
-        if len(data) - offset < length:
-            raise FramingError(f"a frame announces {length} bytes but the body ends sooner")
-        frames.append((flag, data[offset : offset + length]))
-        offset += length
-    return frames
+def parse_frames(data: bytes) -> list[Frame]:
+    """The frames of a whole binary body."""
+    decoder = FrameDecoder(text=False, max_length=2**32)
+    return decoder.feed(data) + decoder.finish()
 
 
-def single_message(data: bytes) -> bytes:
+def single_message(frames: Iterable[Frame]) -> bytes:
     """The one request message of a unary or server-streaming call."""
     messages = []
-    for flag, payload in parse_frames(data):
+    for flag, payload in frames:
         if flag & COMPRESSED_BIT:
             raise FramingError("compressed grpc-web frames are not supported")
         if flag & TRAILER_FLAG:

@@ -9,6 +9,7 @@ Closing a stream never touches the run.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
@@ -37,20 +38,31 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 Frames = Callable[[common_pb2.Event], list[ServerSentEvent]]
 
 
+# The ids the gateway hands out: the SSE `id:` (a seq) and the envelope's `stream_id`
+# ("<seq>-0"). ASCII digits only: int() would also take "+7", "7_0" and other scripts' digits.
+_RESUME_ID = re.compile(r"([0-9]{1,19})(?:-0)?", re.ASCII)
+_SHOWN_CHARS = 40
+
+
 def resume_point(header: str | None, query: str | None) -> int:
-    """The seq after the client's last one; the header wins, as EventSource sends it."""
+    """The seq after the client's last one; the header wins, as EventSource sends it.
+
+    No id (absent, empty or blank) starts from the beginning; anything but an id this
+    gateway emitted is a 400.
+    """
     raw = header if header not in (None, "") else query
-    if raw in (None, ""):
+    if raw is None or not raw.strip():
         return 1
-    try:
-        last = int(raw)
-    except ValueError:
+    match = _RESUME_ID.fullmatch(raw.strip())
+    if match is None or int(match.group(1)) >= 2**63:
+        shown = raw if len(raw) <= _SHOWN_CHARS else f"{raw[:_SHOWN_CHARS]}…"
         raise ApiError(
-            400, "invalid_argument", f"Last-Event-ID must be a seq, got {raw!r}"
-        ) from None
-    if last < 0 or last >= 2**63:
-        raise ApiError(400, "invalid_argument", "Last-Event-ID must be a seq (0 or more)")
-    return last + 1
+            400,
+            "invalid_argument",
+            f"Last-Event-ID must be the id of an event (a seq such as 42, or a stream_id "
+            f"such as 42-0), got {shown!r}",
+        )
+    return int(match.group(1)) + 1
 
 
 def typed_frames(event: common_pb2.Event) -> list[ServerSentEvent]:

@@ -19,6 +19,8 @@ MAX_REPAIR_SPAN = 20_000
 _FENCE = re.compile(r"```[ \t]*(?:json[c5]?|javascript|js)?[ \t]*\n?(.*?)```", re.S | re.I)
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 _PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
+_PY_LITERAL = re.compile(r"\b(True|False|None)\b")
+_STRING = re.compile(r'("(?:[^"\\]|\\.)*")', re.S)
 
 _decoder = json.JSONDecoder()
 
@@ -114,14 +116,22 @@ def _balanced_end(text: str, start: int) -> int:
 
 
 def _repair(span: str) -> str | None:
-    """Trailing commas, Python literals, and single quotes when no double quote is present."""
-    fixed = _TRAILING_COMMA.sub(r"\1", span)
+    """Trailing commas, Python literals, and single quotes when no double quote is present.
+
+    Only text outside string literals is touched: a value the model wrote stays as written.
+    """
+    fixed = span
     if '"' not in fixed and "'" in fixed:
         requoted = _requote(fixed)
         if requoted is None:
             return None
         fixed = requoted
-    return re.sub(r"\b(True|False|None)\b", lambda m: _PY_LITERALS[m.group(1)], fixed)
+    parts = _STRING.split(fixed)
+    # re.split with one group alternates: code, string, code, string, ..., code.
+    for index in range(0, len(parts), 2):
+        code = _TRAILING_COMMA.sub(r"\1", parts[index])
+        parts[index] = _PY_LITERAL.sub(lambda m: _PY_LITERALS[m.group(1)], code)
+    return "".join(parts)
 
 
 def _requote(span: str) -> str | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,35 +52,64 @@ def system_prompt(definitions: Sequence[ToolDefinition]) -> str:
     return JSON_SYSTEM_PROMPT.format(tools=tools_block(definitions))
 
 
-def extract_json_object(text: str) -> dict[str, Any] | None:
-    """The first JSON object in `text` (code fences and prose around it are ignored).
+MAX_CANDIDATES = 200
+"""Opening braces tried per reply, so hostile text cannot make parsing quadratic."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# NaN and Infinity are not JSON: arguments holding them could not be passed on as JSON.
+_decoder = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def json_objects(text: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects in `text`, in order (code fences and prose around them are ignored).
 
     The standard decoder's `raw_decode` does the parsing; this only tries each `{` in turn.
     """
-    decoder = json.JSONDecoder()
     start = text.find("{")
-    while start != -1:
+    for _ in range(MAX_CANDIDATES):
+        if start == -1:
+            return
         try:
-            value, _ = decoder.raw_decode(text, start)
-        except ValueError:
-            start = text.find("{", start + 1)
-            continue
-        if isinstance(value, dict):
-            return value
+            value, _ = _decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
+            pass
+        else:
+            if isinstance(value, dict):
+                yield value
         start = text.find("{", start + 1)
-    return None
+
+
+def extract_json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in `text`, or None."""
+    return next(json_objects(text), None)
 
 
 def parse_action(text: str) -> JsonAction | None:
-    """The action a reply asks for; None when it is not a well-formed action."""
-    data = extract_json_object(text)
-    if data is None:
-        return None
+    """The first well-formed action in a reply; None when there is none.
+
+    Other objects before it (an example in the prose, say) are skipped.
+    """
+    for data in json_objects(text):
+        action = _action_of(data)
+        if action is not None:
+            return action
+    return None
+
+
+def _action_of(data: dict[str, Any]) -> JsonAction | None:
     kind = data.get("type")
     reasoning = str(data.get("reasoning") or "")
     if kind == "tool_call" and isinstance(data.get("tool_name"), str) and data["tool_name"]:
-        args = data.get("tool_args", {})
-        arguments_json = json.dumps(args if args is not None else {}, ensure_ascii=False)
+        args = data.get("tool_args")
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            return None  # tools take an object of named arguments
+        arguments_json = json.dumps(args, ensure_ascii=False)
         return JsonAction("tool_call", reasoning, data["tool_name"], arguments_json)
     if kind == "final_answer" and "answer" in data:
         answer = data["answer"]
