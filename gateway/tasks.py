@@ -16,7 +16,7 @@ from gateway.errors import ApiError
 from gateway.submit import TaskSpec, submit
 from gateway.tenancy import CallerDep
 from shuttle.envelope import to_json_dict
-from shuttle.v1 import events_pb2, executor_pb2
+from shuttle.v1 import events_pb2
 
 router = APIRouter(prefix="/api/v1", tags=["tasks"])
 
@@ -144,11 +144,9 @@ async def list_tasks(
 @router.get("/tasks/{workflow_id}", responses=ERRORS)
 async def get_task(workflow_id: str, caller: CallerDep, clients: Clients) -> dict[str, Any]:
     """Status, result, usage, cost and timings of one task."""
-    tenant = caller.tenant_id
-    run = await clients.executor.GetRun(
-        executor_pb2.GetRunRequest(workflow_id=workflow_id, tenant_id=tenant),
-        metadata=tenant_metadata(tenant),
-    )
+    # From the events service's registry, not the executor: a task whose executor died must
+    # still show that it failed.
+    run = await _workflow(clients, caller.tenant_id, workflow_id)
     return {
         "workflow_id": run.workflow_id,
         "task_id": run.workflow_id,

@@ -18,7 +18,8 @@ page by page with EventService.List:
   a durable event.
 - a stream ended when its subscriber received STREAM_END, as the last event, at last_seq.
 
-The run's shape is checked too: one WORKFLOW_STARTED, one terminal event, STREAM_END last,
+The run's shape is checked too: one WORKFLOW_STARTED, one terminal event (WORKFLOW_COMPLETED,
+WORKFLOW_CANCELLED, or a fatal ERROR_OCCURRED for a run the fault ended), STREAM_END last,
 each TOOL_INVOKED followed by exactly one TOOL_OBSERVATION of the same call id.
 """
 
@@ -63,10 +64,17 @@ class RunAudit:
     problems: list[str] = field(default_factory=list)
 
 
+def is_terminal(event: dict[str, Any]) -> bool:
+    """The event that ends a run: completed, cancelled, or a fatal error."""
+    if event["type"] == "ERROR_OCCURRED":
+        return bool(event["payload"].get("fatal"))
+    return event["type"] in TERMINAL_TYPES
+
+
 def identity(event: dict[str, Any]) -> tuple[Any, ...] | None:
     """What makes this event unique in its run, or None for types that may repeat."""
     kind, agent, payload = event["type"], event["agent_id"], event["payload"]
-    if kind in ONCE_PER_RUN:
+    if kind in ONCE_PER_RUN or is_terminal(event):
         return (kind,)
     if kind in ("AGENT_STARTED", "AGENT_COMPLETED"):
         return (kind, agent)
@@ -141,7 +149,7 @@ def _shape_problems(log: Sequence[dict[str, Any]], last_seq: int, terminal: str)
     problems = []
     if types.count("WORKFLOW_STARTED") != 1:
         problems.append(f"{types.count('WORKFLOW_STARTED')} WORKFLOW_STARTED events")
-    terminals = [kind for kind in types if kind in TERMINAL_TYPES]
+    terminals = [event["type"] for event in log if is_terminal(event)]
     if terminals != [terminal]:
         problems.append(f"terminal events {terminals}, expected [{terminal}]")
     if not log or types[-1] != "STREAM_END" or int(log[-1]["seq"]) != last_seq:

@@ -80,3 +80,23 @@ def test_the_run_shape_is_checked() -> None:
     assert any("observed" in problem for problem in problems)
     cancelled = audit_run("wf", 7, LOG, [], terminal="WORKFLOW_CANCELLED").problems
     assert any("terminal" in problem for problem in cancelled)
+
+
+def test_a_fatal_error_can_be_the_terminal_and_only_once() -> None:
+    lost = event(6, "ERROR_OCCURRED", error_type="EXECUTOR_LOST", fatal=True)
+    ended = [*LOG[:5], lost, LOG[6]]
+    audit = audit_run("wf", 7, ended, [subscriber(list(ended))], terminal="ERROR_OCCURRED")
+    assert (audit.lost, audit.duplicated, audit.gaps, audit.problems) == (0, 0, 0, [])
+    assert any("terminal" in p for p in audit_run("wf", 7, ended, []).problems)
+
+    twice = [*LOG[:5], lost, {**lost, "seq": 7}, {**LOG[6], "seq": 8}]
+    audit = audit_run("wf", 8, twice, [subscriber(list(twice))], terminal="ERROR_OCCURRED")
+    assert audit.duplicated == 1
+    assert any("terminal" in p for p in audit.problems)
+
+
+def test_a_recoverable_error_is_not_a_terminal() -> None:
+    retried = event(5, "ERROR_OCCURRED", error_type="RATE_LIMIT", fatal=False)
+    log = [*LOG[:4], retried, *({**e, "seq": e["seq"] + 1} for e in LOG[4:])]
+    audit = audit_run("wf", 8, log, [subscriber(list(log))])
+    assert (audit.lost, audit.duplicated, audit.gaps, audit.problems) == (0, 0, 0, [])

@@ -5,9 +5,12 @@ from __future__ import annotations
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
 
 from tests.gateway.conftest import AuthStack
+from tests.support.gateway_server import GatewayServer
+from tests.support.stack import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -56,6 +59,36 @@ def test_task_detail_has_status_result_usage_and_cost(
     assert task["usage"]["total_tokens"] > 0
     assert task["cost_usd"] == 0.0
     assert task["duration_ms"] >= 0
+
+
+def as_tenant(server: GatewayServer, key: str) -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+
+
+def test_task_detail_needs_no_executor(auth_stack: AuthStack, finished_a: str) -> None:
+    """With no executor reachable, a task's status (e.g. failed because its executor died)
+    still shows: the registry row comes from the events service."""
+    (nobody_listens,) = free_ports(1)
+    server = GatewayServer(auth_stack.settings(executor_port=nobody_listens)).start()
+    try:
+        with as_tenant(server, auth_stack.key_a) as client:
+            # The executor is truly out of reach: commands for it fail.
+            assert client.post(f"/api/v1/tasks/{finished_a}/pause").status_code == 503
+            reply = client.get(f"/api/v1/tasks/{finished_a}")
+        with as_tenant(server, auth_stack.key_b) as other:
+            elsewhere = other.get(f"/api/v1/tasks/{finished_a}")
+    finally:
+        server.stop()
+    assert reply.status_code == 200, reply.text
+    task = reply.json()
+    assert (task["workflow_id"], task["task_id"]) == (finished_a, finished_a)
+    assert task["status"] == "completed"
+    assert task["result"] == "[demo model] 6*7 = 42"
+    assert task["query"] == "What is 6*7?"
+    assert task["usage"]["total_tokens"] > 0 and task["last_seq"] > 0
+    assert task["created_at"] and task["updated_at"]
+    # Tenancy holds on the direct read: another tenant's task does not exist for the caller.
+    assert elsewhere.status_code == 404
 
 
 def test_control_routes_reach_the_executor(auth_stack: AuthStack, finished_a: str) -> None:
