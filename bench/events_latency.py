@@ -38,10 +38,12 @@ from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 from .events_support import Backend, backends, events_service, paced, percentile
+from .results import add_common_arguments, latency_summary, save
 
 TENANT = tenant_metadata("bench")
 # (subscribers, events per second, events): the last two keep each run to a few seconds.
 CONFIGS = [(1, 1000, 2000), (100, 1000, 1000), (100, 100, 300), (1000, 100, 200)]
+QUICK_CONFIGS = [(1, 1000, 300), (100, 1000, 200), (100, 100, 100), (1000, 100, 50)]
 # --sequential: wait for each append before the next, as one executor run does; the rate is
 # then what one producer reaches.
 SEQUENTIAL = False
@@ -159,6 +161,15 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
     return run
 
 
+def summary(latencies: list[float], reached: float, expected: int) -> dict[str, float]:
+    return {
+        **latency_summary(latencies),
+        "reached_per_s": reached,
+        "delivered": len(latencies),
+        "expected": expected,
+    }
+
+
 def row(label: str, latencies: list[float], reached: float, expected: int) -> str:
     return (
         f"{label:>5} p50 {percentile(latencies, 0.5):8.2f} ms  p99 "
@@ -171,7 +182,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--backend", choices=["sqlite", "pg"], default="sqlite")
     parser.add_argument("--sequential", action="store_true", help="await each append")
+    add_common_arguments(parser)
     args = parser.parse_args()
+    rows: list[dict[str, object]] = []
     global SEQUENTIAL
     SEQUENTIAL = args.sequential
     with tempfile.TemporaryDirectory() as scratch:
@@ -187,11 +200,20 @@ async def main() -> None:
                     ("grpc", grpc_runner(stub)),
                 ]
                 print(f"grpc column: events service on {backend.label}")
-                for subscribers, rate, count in CONFIGS:
+                for subscribers, rate, count in QUICK_CONFIGS if args.quick else CONFIGS:
                     print(f"{subscribers} subscribers, {rate:.0f} events/s, {count} events:")
+                    measured: dict[str, object] = {
+                        "subscribers": subscribers,
+                        "rate": rate,
+                        "events": count,
+                    }
                     for label, runner in runners:
                         latencies, reached = await runner(subscribers, rate, count)
                         print("  " + row(label, latencies, reached, subscribers * count))
+                        measured[label] = summary(latencies, reached, subscribers * count)
+                    rows.append(measured)
+    settings = {"backend": args.backend, "sequential": args.sequential}
+    save(args.json, "events_latency", settings, {"backend": backend.label, "rows": rows})
 
 
 if __name__ == "__main__":
