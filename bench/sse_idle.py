@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import sys
 import time
 from typing import Any
 
 from shuttle.grpc_client import open_channel
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
+from .events_support import free_port
 from .react_support import STACK_ENV
 from .results import (
     add_common_arguments,
@@ -29,7 +32,14 @@ from .results import (
     save,
     sized,
 )
-from .sse_clients import SseClient, open_clients, raise_open_files_limit, stamp, wait_until
+from .sse_clients import (
+    SseClient,
+    close_all,
+    open_clients,
+    raise_open_files_limit,
+    stamp,
+    wait_until,
+)
 from .sse_fanout import METADATA, PROGRESS, TENANT, Fanout
 from .stack_support import running_stack
 
@@ -50,6 +60,54 @@ async def idle_cpu(pids: dict[str, int]) -> dict[str, float]:
     await asyncio.sleep(IDLE_WINDOW_SECONDS)  # a measuring window, not a wait for a condition
     elapsed = time.monotonic() - started
     return {name: (cpu_seconds(pid) - before[name]) / elapsed for name, pid in pids.items()}
+
+
+async def grpc_streams_alone(port: int, workflow_id: str, count: int) -> float:
+    """Bytes per idle EventService.Stream call in a bare grpc.aio client process."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.grpc_stream_holder",
+        *("--target", f"127.0.0.1:{port}", "--workflow", workflow_id),
+        *("--tenant", TENANT, "--count", str(count)),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    output, _ = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"grpc_stream_holder exited with {process.returncode}")
+    per_stream: float = json.loads(output.decode().strip().splitlines()[-1])["per_stream_bytes"]
+    return per_stream
+
+
+async def bare_sse_per_connection(count: int) -> float:
+    """Bytes per idle stream in a bare sse-starlette server (bench.sse_peer_server)."""
+    port = free_port()
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.sse_peer_server", "--port", str(port)
+    )
+    try:
+        # One stream first, so imports and buffers every stream shares are in the baseline.
+        clients = await connect_when_listening(port, 1)
+        before = rss_bytes(server.pid)
+        clients += await open_clients("127.0.0.1", port, "/sse", count, [])
+        await asyncio.sleep(IDLE_WINDOW_SECONDS)  # a window for the tasks to settle
+        after = rss_bytes(server.pid)
+        close_all(clients)
+    finally:
+        server.terminate()
+        await server.wait()
+    return (after - before) / count
+
+
+async def connect_when_listening(port: int, count: int) -> list[SseClient]:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return await open_clients("127.0.0.1", port, "/sse", count, [])
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -84,6 +142,7 @@ async def main(args: argparse.Namespace) -> None:
             opening_s = time.perf_counter() - opened_at
             cpu = await idle_cpu(pids)
             settled = footprint(pids)
+            bare_grpc = await grpc_streams_alone(stack.grpc_ports["events"], workflow_id, total)
             started = time.perf_counter()
             draft = common_pb2.EventDraft(type=PROGRESS, payload_json=stamp())
             await fanout.append(workflow_id, [draft])
@@ -93,6 +152,7 @@ async def main(args: argparse.Namespace) -> None:
             await fanout.finish(workflow_id, clients)
         finally:
             await channel.close()
+    bare_sse = await bare_sse_per_connection(total)
     first = steps[0]
     figures: dict[str, Any] = {
         "connections": total,
@@ -103,6 +163,8 @@ async def main(args: argparse.Namespace) -> None:
         "per_connection_bytes": {
             name: (settled[name]["rss"] - first[name]["rss"]) / total for name in pids
         },
+        "bare_grpc_stream_bytes": bare_grpc,
+        "bare_sse_stream_bytes": bare_sse,
         "sockets_added": {name: settled[name]["sockets"] - first[name]["sockets"] for name in pids},
         "event_latency_ms": latency_summary(latencies),
         "event_reached": reached,
@@ -113,6 +175,8 @@ async def main(args: argparse.Namespace) -> None:
             f"{name:<8} {figures['per_connection_bytes'][name] / 1024:6.1f} KB per connection, "
             f"+{figures['sockets_added'][name]} sockets, idle CPU {cpu[name] * 100:5.1f} %"
         )
+    print(f"a bare grpc.aio client: {bare_grpc / 1024:.1f} KB per idle Stream call")
+    print(f"a bare sse-starlette server: {bare_sse / 1024:.1f} KB per idle stream")
     q = figures["event_latency_ms"]
     print(
         f"one event after: reached {reached}/{total} clients, p50 {q['p50']:.1f} ms, "

@@ -82,23 +82,22 @@ gRPC. *grpc*: the events service as its own process, over gRPC. p50 / p99.
     parts = [head]
     for name, title in (
         ("events_latency-sqlite", "SQLite (embedded)"),
-        ("events_latency-pg", "PostgreSQL + Redis (grpc column on them; peer and log as above)"),
+        ("events_latency-pg", "PostgreSQL + Redis (the grpc column; peer and log as above)"),
     ):
         figures = ctx.results.figures(name)
         if figures is None:
             parts.append(f"{title}: " + missing(name))
             continue
+        sides = [s for s in ("peer", "log", "grpc") if any(s in r for r in figures["rows"])]
         rows = [
             [
                 f"{r['subscribers']:,}, {r['rate']:,.0f} events/s",
-                _latency_cell(r.get("peer")),
-                _latency_cell(r.get("log")),
-                _latency_cell(r.get("grpc")),
+                *(_latency_cell(r.get(side)) for side in sides),
                 f"{r['grpc']['delivered']:,}/{r['grpc']['expected']:,}",
             ]
             for r in figures["rows"]
         ]
-        headers = ["subscribers, rate", "peer", "log", "grpc", "grpc delivered"]
+        headers = ["subscribers, rate", *sides, "grpc delivered"]
         parts.append(f"{title}:\n\n{table(headers, rows)}\n")
     figures = ctx.results.figures("events_latency-sequential")
     parts.append(
@@ -220,6 +219,15 @@ arrival at every client.
     ]
     q = figures["event_latency_ms"]
     total = figures["connections"]
+    bare_grpc = figures.get("bare_grpc_stream_bytes", float("nan")) / 1024
+    bare_sse = figures.get("bare_sse_stream_bytes", float("nan")) / 1024
+    gateway_kb = per["gateway"] / 1024
+    parts = (
+        f"the same number of idle `EventService.Stream` calls held by a bare `grpc.aio` client "
+        f"process cost {number(bare_grpc, 1)} KB each (`bench/grpc_stream_holder.py`), and a bare "
+        f"Starlette app holding as many idle sse-starlette streams under uvicorn cost "
+        f"{number(bare_sse, 1)} KB each (`bench/sse_peer_server.py`)."
+    )
     chart = ctx.chart("sse_idle", charts.sse_idle, figures, "memory by idle SSE connections")
     return f"""{head}
 {table(["process", f"RSS, {total:,} open (MB)", "KB each", "sockets", "CPU idle"], rows)}
@@ -230,10 +238,16 @@ Opening {total:,} streams took {number(figures["opening_s"], 1)} s. One event ap
 reached {figures["event_reached"]:,} of {total:,} clients: p50 {number(q["p50"], 1)} ms, p95
 {number(q["p95"], 1)} ms, last {number(q["max"], 1)} ms.
 
-What a connection costs: in the gateway, a client socket, an SSE response task with its ping
-task (a comment every 15 s), and a gRPC `EventService.Stream` call; in the events service, one
-server stream each (all multiplexed on the gateway's one HTTP/2 connection, so no socket each)
-with a reader waiting on the in-process hot tier, which costs no CPU until an event arrives.
+What a connection costs: in the gateway, a client socket, an SSE response with its tasks
+(sse-starlette runs the stream, a ping every 15 s and a disconnect listener side by side), and
+a gRPC `EventService.Stream` call; in the events service, one server stream each (all
+multiplexed on the gateway's one HTTP/2 connection, so no socket each) with a reader waiting on
+the in-process hot tier, which costs no CPU until an event arrives. Two peers measured in the
+same run split the gateway's figure: {parts}
+With the whole gateway at {number(gateway_kb, 1)} KB, the remaining
+{number(gateway_kb - bare_grpc - bare_sse, 1)} KB is what the gateway's route adds around the
+two: FastAPI's request handling, the tenancy check and workflow lookup before the stream, and
+the generator that renders frames.
 With the Redis hot tier (not measured here) each reader also wakes once per
 `SHUTTLE_EVENTS_POLL_SECONDS` (1 s) without news to read the workflow's row in SQL: 5,000 idle
 streams would be 5,000 small queries a second.
