@@ -35,7 +35,7 @@ SUITE = (
     Benchmark("tool_hooks", "bench.tool_hooks"),
     Benchmark("events_append", "bench.events_append"),
     Benchmark("events_latency-sqlite", "bench.events_latency"),
-    Benchmark("events_latency-pg", "bench.events_latency", ("--backend", "pg")),
+    Benchmark("events_latency-pg", "bench.events_latency", ("--backend", "pg", "--grpc-only")),
     Benchmark("events_latency-sequential", "bench.events_latency", ("--sequential",)),
     Benchmark("sse_fanout", "bench.sse_fanout"),
     Benchmark("sse_idle", "bench.sse_idle"),

@@ -182,6 +182,11 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--backend", choices=["sqlite", "pg"], default="sqlite")
     parser.add_argument("--sequential", action="store_true", help="await each append")
+    parser.add_argument(
+        "--grpc-only",
+        action="store_true",
+        help="only the grpc column (peer and log do not depend on --backend)",
+    )
     add_common_arguments(parser)
     args = parser.parse_args()
     rows: list[dict[str, object]] = []
@@ -199,6 +204,8 @@ async def main() -> None:
                     ("log", log_runner(data_dir)),
                     ("grpc", grpc_runner(stub)),
                 ]
+                if args.grpc_only:
+                    runners = runners[-1:]
                 print(f"grpc column: events service on {backend.label}")
                 for subscribers, rate, count in QUICK_CONFIGS if args.quick else CONFIGS:
                     print(f"{subscribers} subscribers, {rate:.0f} events/s, {count} events:")

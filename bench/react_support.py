@@ -37,6 +37,7 @@ TOOLS: Any = [
         },
     }
 ]
+LLM_TIMEOUT_SECONDS = 120.0
 # Guards that add model calls would make the sides' call counts differ; the gateway's
 # per-client request limit would refuse a benchmark's many connections from one address.
 STACK_ENV = {
@@ -152,7 +153,11 @@ def open_sides(model: ScriptedOpenAI, stack: Stack, with_langgraph: bool = True)
         stack=stack,
         channel=channel,
         executor=executor_pb2_grpc.ExecutorServiceStub(channel),
-        client=openai.AsyncOpenAI(base_url=model.base_url, api_key="bench", max_retries=0),
+        # As patient as the executor's client: with a thousand runs starting at once on two
+        # cores, the SDK's default 5 s connect timeout fails the peer, not the model.
+        client=openai.AsyncOpenAI(
+            base_url=model.base_url, api_key="bench", max_retries=0, timeout=LLM_TIMEOUT_SECONDS
+        ),
         langgraph=langgraph_runner(model.base_url) if with_langgraph else None,
     )
 
