@@ -62,12 +62,11 @@ async def main(args: argparse.Namespace) -> None:
     counts = args.counts or ([20, 100] if args.quick else [100, 1000])
     repeats = args.repeats or (1 if args.quick else 3)
     rows: list[dict[str, Any]] = []
-    with scripted_stack() as (model, stack):
+    with scripted_stack(LATENCY_SECONDS) as (model, stack):
         sides = open_sides(model, stack, with_langgraph=False)
         try:
             await sides.shuttle(1)  # warm-up
             await sides.bare(1)
-            model.latency_seconds = LATENCY_SECONDS
             for count in counts:
                 k = args.k if args.k is not None else (3 if count <= 100 else 1)
                 ideal = calls_per_run(k) * LATENCY_SECONDS

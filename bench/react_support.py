@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
@@ -16,10 +15,10 @@ import openai
 from services.tools.builtins.calculator import Calculator
 from shuttle.envelope import type_name
 from shuttle.grpc_client import open_channel
-from shuttle.v1 import executor_pb2, executor_pb2_grpc
-from tests.support.scripted_openai import Reply, ScriptedOpenAI, text, tool_call
+from shuttle.v1 import common_pb2, executor_pb2, executor_pb2_grpc
 from tests.support.stack import Stack
 
+from .model_server import ModelProcess, model_process
 from .stack_support import running_stack
 
 CALCULATOR = Calculator()
@@ -53,16 +52,13 @@ def calls_per_run(k: int) -> int:
     return k + 2
 
 
-def k_iterations_model(body: dict[str, Any]) -> Reply:
-    """Asks for K calculator calls (K is in the question), then answers."""
-    if body.get("stream"):
-        return text("All iterations are done.")
-    question = next(m["content"] for m in body["messages"] if m["role"] == "user")
-    wanted = int(re.search(r"iterations=(\d+)", str(question)).group(1))  # type: ignore[union-attr]
-    done = sum(m["role"] == "tool" for m in body["messages"])
-    if done < wanted:
-        return tool_call("calculator", {"expression": f"{done}+1"}, call_id=f"call_{done}")
-    return text(f"Done after {done} calls.")
+def run_request(k: int) -> executor_pb2.StartRunRequest:
+    """A ReAct run of K tool rounds. The mode is given, as the peers have no router: left to
+    the planner, routing is one more structured model call per run (and against this scripted
+    model, which never answers it in JSON, one per fallback level)."""
+    return executor_pb2.StartRunRequest(
+        query=f"iterations={k}", tenant_id="bench", mode=common_pb2.MODE_STANDARD
+    )
 
 
 @dataclass
@@ -76,7 +72,7 @@ class Sides:
     langgraph: Callable[[int], Awaitable[None]] | None
 
     async def shuttle(self, k: int) -> None:
-        request = executor_pb2.StartRunRequest(query=f"iterations={k}", tenant_id="bench")
+        request = run_request(k)
         last = ""
         async for event in self.executor.Run(request):
             last = type_name(event.type)
@@ -137,17 +133,17 @@ def langgraph_runner(base_url: str) -> Callable[[int], Awaitable[None]] | None:
 
 
 @contextlib.contextmanager
-def scripted_stack() -> Iterator[tuple[ScriptedOpenAI, Stack]]:
-    """The K-iterations model and the five Shuttle processes (SQLite, in-process hot tier)."""
-    model = ScriptedOpenAI(handler=k_iterations_model).start()
-    try:
-        with running_stack(STACK_ENV, model.base_url) as stack:
-            yield model, stack
-    finally:
-        model.stop()
+def scripted_stack(latency_seconds: float = 0.0) -> Iterator[tuple[ModelProcess, Stack]]:
+    """The K-iterations model in its own process and the five Shuttle processes (SQLite,
+    in-process hot tier)."""
+    with (
+        model_process(latency_seconds) as model,
+        running_stack(STACK_ENV, model.base_url) as stack,
+    ):
+        yield model, stack
 
 
-def open_sides(model: ScriptedOpenAI, stack: Stack, with_langgraph: bool = True) -> Sides:
+def open_sides(model: ModelProcess, stack: Stack, with_langgraph: bool = True) -> Sides:
     channel = open_channel(f"127.0.0.1:{stack.grpc_ports['executor']}")
     return Sides(
         stack=stack,

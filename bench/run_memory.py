@@ -22,10 +22,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from shuttle.grpc_client import open_channel
-from shuttle.v1 import executor_pb2, executor_pb2_grpc
+from shuttle.v1 import executor_pb2_grpc
 from tests.support.scripted_openai import ScriptedOpenAI
 
-from .react_support import STACK_ENV, k_iterations_model
+from .model_server import k_iterations_model
+from .react_support import STACK_ENV, run_request
 from .results import add_common_arguments, rss_bytes, save, sized
 from .sse_clients import wait_until
 from .stack_support import running_stack
@@ -77,7 +78,7 @@ async def main(args: argparse.Namespace) -> None:
             pids = {name: process.pid for name, process in stack.supervisor.processes.items()}
             channel = open_channel(f"127.0.0.1:{stack.grpc_ports['executor']}")
             executor = executor_pb2_grpc.ExecutorServiceStub(channel)
-            query = executor_pb2.StartRunRequest(query="iterations=2", tenant_id="bench")
+            query = run_request(2)
             try:
                 # Warm-up: a few runs to the end, so imports and pools are counted in the baseline.
                 model.holding = False
