@@ -85,9 +85,11 @@ def _idle_sse(results: Results) -> Judgement:
     if figures is None:
         return Judgement(aim, "—", None)
     total, reached = figures["connections"], figures["event_reached"]
+    last_s = figures["event_latency_ms"]["max"] / 1000
     measured = (
-        f"{total:,} held, an event reached {reached:,}; "
-        f"{number(figures['per_connection_bytes']['gateway'] / 1024, 1)} KB each in the gateway"
+        f"{total:,} held, {number(figures['per_connection_bytes']['gateway'] / 1024, 1)} KB each "
+        f"in the gateway; an event appended then reached {reached:,}, the last after "
+        f"{number(last_s, 1)} s"
     )
     return Judgement(aim, measured, total >= 5000 and reached == total)
 

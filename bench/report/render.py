@@ -45,15 +45,25 @@ def machine_line(machines: list[dict[str, Any]]) -> str:
     )
 
 
+def busy(machines: list[dict[str, Any]]) -> bool:
+    return any(m["load_average"][0] > m["cpus"] for m in machines)
+
+
 def render(results: Results, images: Path, doc: Path) -> str:
     prefix = Path(os.path.relpath(images, doc.parent)).as_posix()
     ctx = Context(results, images, prefix)
     quick = any("--quick" in d.get("command", "") for d in results.documents.values())
-    note = (
-        "\n**These figures come from `--quick` sizes: a development run, not a measurement.**\n"
-        if quick
-        else ""
-    )
+    note = ""
+    if quick:
+        note += (
+            "\n**These figures come from `--quick` sizes: a development run, not a measurement.**\n"
+        )
+    if busy(results.machines()):
+        note += (
+            "\n**Other work kept this machine busy while measuring (load average above its CPU "
+            "count): absolute figures are inflated and noisy, to be measured again on a quiet "
+            "machine; the columns of one run still compare.**\n"
+        )
     head = f"""# Benchmarks
 
 This file is written by `make bench` (`python -m bench`, then `python -m bench.report`); edit

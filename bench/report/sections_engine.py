@@ -63,11 +63,14 @@ def react_overhead(ctx: Context) -> str:
 Shuttle runs as its real processes (events, tools, planner, executor, gateway; SQLite,
 in-process hot tier) and each run is driven over `ExecutorService.Run` until `STREAM_END`,
 so an iteration includes the executor's bookkeeping, `ToolService.Execute` over gRPC, and
-five events committed to the log. The completion checklist is switched off so that every
-side makes the same model calls (K tool rounds, an answer, and for Shuttle and the bare loop
-a streamed synthesis; LangGraph's prebuilt agent makes no synthesis call). The bare loop and
+five events committed to the log. Runs ask for the STANDARD mode, since the peers have no
+router (left to the planner, routing is one more model call per run), and the completion
+checklist is switched off, so that every side makes the same model calls (K tool rounds, an
+answer, and for Shuttle and the bare loop a streamed synthesis; LangGraph's prebuilt agent
+makes no synthesis call). The bare loop and
 LangGraph (`create_react_agent` with `langchain-openai`) call the calculator in-process. All
-three talk to one zero-latency scripted OpenAI-compatible server; for each K the sides take
+three talk to one zero-latency scripted OpenAI-compatible server (a process of its own,
+`bench/model_server.py`); for each K the sides take
 turns run by run, so load from elsewhere falls on all of them alike. Figures are run time ÷ K:
 median (p25–p75) of {runs} runs.
 """
@@ -127,9 +130,11 @@ def react_concurrency(ctx: Context) -> str:
 Every model call waits {latency_ms:.0f} ms before it answers, so a run of K tool rounds ideally
 takes (K + 2) × {latency_ms:.0f} ms however many run at once. All runs start together; wall is
 until the last one's `STREAM_END`. Shuttle is the five processes on the embedded defaults
-(SQLite, in-process hot tier); the peer is the same conversation with a bare `openai` client.
-The scripted model server, the peer and every Shuttle process share the same two cores, so
-the bare loop's figure is also what this machine manages with no Shuttle at all. Up to 100
+(SQLite, in-process hot tier), runs in the STANDARD mode as above; the peer is the same
+conversation with a bare `openai` client.
+The scripted model server (its own process), the peer and every Shuttle process share the
+same two cores, so the bare loop's figure is also what this machine manages with no Shuttle
+at all. Up to 100
 runs: median (min–max) over {settings.get("repeats", "N")} trial(s); larger counts run once.
 """
     if figures is None:
@@ -168,7 +173,7 @@ runs: median (min–max) over {settings.get("repeats", "N")} trial(s); larger co
     chart = ctx.chart("react_concurrency", charts.react_concurrency, figures, "wall ÷ ideal")
     return f"""{head}
 {table(headers, rows, "rrrlrrrr")}
-
+{_failures(figures["rows"])}
 {chart}
 
 Where the time goes at 100 runs (py-spy profiles while building this): the executor is idle
@@ -178,6 +183,24 @@ transactions queue. The engine never waits for an Append (events are queued and 
 commits), but a run's stream only ends when its `STREAM_END` is committed. PostgreSQL, or
 serialising SQLite writers inside the events service, is where this is won.
 """
+
+
+def _failures(rows: list[dict[str, Any]]) -> str:
+    """What the failed runs said, so a failure count is never a bare number."""
+    notes = []
+    for r in rows:
+        for side in ("shuttle", "bare"):
+            s = r.get(side)
+            if not s or not s["failed"]:
+                continue
+            first = next(t["first_failure"] for t in s["trials"] if t["first_failure"])
+            reason = " ".join(first.split())[:160]
+            notes.append(
+                f"- {r['count']:,} runs, {SIDES[side]}: {s['failed']:,} failed, e.g. `{reason}`"
+            )
+    if not notes:
+        return ""
+    return "\nFailed runs (counted, not retried):\n\n" + "\n".join(notes) + "\n"
 
 
 def end_to_end(ctx: Context) -> str:
