@@ -47,8 +47,8 @@ QUICK_CONFIGS = [(1, 1000, 300), (100, 1000, 200), (100, 100, 100), (1000, 100, 
 # --sequential: wait for each append before the next, as one executor run does; the rate is
 # then what one producer reaches.
 SEQUENTIAL = False
-Runner = Callable[[int, float, int], Awaitable[tuple[list[float], float]]]
-"""Latencies in ms, and the emit rate actually reached (events/s)."""
+Runner = Callable[[int, float, int], Awaitable[tuple[list[float], float, int]]]
+"""Latencies in ms, the emit rate actually reached (events/s), and how many appends failed."""
 
 
 def stamp() -> str:
@@ -60,7 +60,7 @@ def since(payload_json: str) -> float:
     return (time.perf_counter_ns() - sent) / 1e6
 
 
-async def peer(subscribers: int, rate: float, count: int) -> tuple[list[float], float]:
+async def peer(subscribers: int, rate: float, count: int) -> tuple[list[float], float, int]:
     queues: list[asyncio.Queue[str]] = [asyncio.Queue() for _ in range(subscribers)]
     latencies: list[float] = []
 
@@ -76,11 +76,11 @@ async def peer(subscribers: int, rate: float, count: int) -> tuple[list[float], 
             queue.put_nowait(payload)
     reached = count / (time.perf_counter() - started)
     await asyncio.gather(*consumers)
-    return latencies, reached
+    return latencies, reached, 0
 
 
 def log_runner(data_dir: Path) -> Runner:
-    async def run(subscribers: int, rate: float, count: int) -> tuple[list[float], float]:
+    async def run(subscribers: int, rate: float, count: int) -> tuple[list[float], float, int]:
         engine = create_engine(f"sqlite+aiosqlite:///{data_dir / f'log-{subscribers}.db'}")
         await migrate(engine)
         log = EventLog(SqlEventStore(engine), MemoryHotTier())
@@ -109,13 +109,13 @@ def log_runner(data_dir: Path) -> Runner:
         await log.append(workflow_id, "bench", [NewEvent("WORKFLOW_COMPLETED")])
         await asyncio.gather(*consumers)
         await engine.dispose()
-        return latencies, reached
+        return latencies, reached, 0
 
     return run
 
 
 def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
-    async def run(subscribers: int, rate: float, count: int) -> tuple[list[float], float]:
+    async def run(subscribers: int, rate: float, count: int) -> tuple[list[float], float, int]:
         created = await stub.CreateWorkflow(events_pb2.CreateWorkflowRequest(), metadata=TENANT)
         workflow_id = created.workflow_id
         latencies: list[float] = []
@@ -132,14 +132,19 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
         await asyncio.sleep(0.5 + subscribers / 500)  # let every stream open
         started = time.perf_counter()
 
+        failures: list[str] = []
+
         async def emit() -> None:
-            await stub.Append(
-                events_pb2.AppendRequest(
-                    workflow_id=workflow_id,
-                    events=[common_pb2.EventDraft(type=progress, payload_json=stamp())],
-                ),
-                metadata=TENANT,
-            )
+            try:
+                await stub.Append(
+                    events_pb2.AppendRequest(
+                        workflow_id=workflow_id,
+                        events=[common_pb2.EventDraft(type=progress, payload_json=stamp())],
+                    ),
+                    metadata=TENANT,
+                )
+            except grpc.aio.AioRpcError as exc:  # a refused append is a figure, not a crash
+                failures.append(f"{exc.code().name}: {exc.details()}")
 
         appends: list[asyncio.Task[None]] = []
         async for _ in paced(rate, count):
@@ -156,13 +161,14 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
             metadata=TENANT,
         )
         await asyncio.gather(*consumers)
-        return latencies, reached
+        return latencies, reached, len(failures)
 
     return run
 
 
-def summary(latencies: list[float], reached: float, expected: int) -> dict[str, float]:
+def summary(latencies: list[float], reached: float, expected: int, failed: int) -> dict[str, float]:
     return {
+        "failed_appends": failed,
         **latency_summary(latencies),
         "reached_per_s": reached,
         "delivered": len(latencies),
@@ -215,9 +221,12 @@ async def main() -> None:
                         "events": count,
                     }
                     for label, runner in runners:
-                        latencies, reached = await runner(subscribers, rate, count)
+                        latencies, reached, failed = await runner(subscribers, rate, count)
                         print("  " + row(label, latencies, reached, subscribers * count))
-                        measured[label] = summary(latencies, reached, subscribers * count)
+                        expected = subscribers * count
+                        measured[label] = summary(latencies, reached, expected, failed)
+                        if failed:
+                            print(f"  {label}: {failed} appends failed")
                     rows.append(measured)
     settings = {"backend": args.backend, "sequential": args.sequential}
     save(args.json, "events_latency", settings, {"backend": backend.label, "rows": rows})

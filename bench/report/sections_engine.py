@@ -167,7 +167,7 @@ runs: median (min–max) over {settings.get("repeats", "N")} trial(s); larger co
         "side",
         "wall (s)",
         "× ideal",
-        "one run p50 / p95 (s)",
+        "one run p50 / p95, last trial (s)",
         "failed",
     ]
     chart = ctx.chart("react_concurrency", charts.react_concurrency, figures, "wall ÷ ideal")

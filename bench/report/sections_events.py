@@ -66,6 +66,12 @@ def _latency_cell(side: dict[str, Any] | None) -> str:
     return f"{number(side['p50'], 1)} / {number(side['p99'], 1)} ms"
 
 
+def _delivered(side: dict[str, Any]) -> str:
+    cell = f"{side['delivered']:,}/{side['expected']:,}"
+    failed = side.get("failed_appends", 0)
+    return f"{cell} ({failed:,} appends failed)" if failed else cell
+
+
 def events_latency(ctx: Context) -> str:
     head = """### Emit → subscriber latency (gRPC subscribers)
 
@@ -93,7 +99,7 @@ gRPC. *grpc*: the events service as its own process, over gRPC. p50 / p99.
             [
                 f"{r['subscribers']:,}, {r['rate']:,.0f} events/s",
                 *(_latency_cell(r.get(side)) for side in sides),
-                f"{r['grpc']['delivered']:,}/{r['grpc']['expected']:,}",
+                _delivered(r["grpc"]),
             ]
             for r in figures["rows"]
         ]
