@@ -233,11 +233,11 @@ against the same server.
     return f"""{head}
 {table([f"{runs} sequential runs", "p50", "p95", "p99"], rows)}
 
-Shuttle adds {number(ours["p50"] - bare["p50"], 1)} ms per task (median), most of it the
-workflow's first SQLite commits and the appends of the log. {together["runs"]} concurrent
-tasks: {number(together["wall_s"], 2)} s wall, {number(together["runs_per_s"], 1)} tasks/s,
-{number(together["events_per_s"])} events/s delivered, p50 {number(together["run_ms"]["p50"])} ms
-per task. Resident memory after the runs: {memory}.
+Shuttle adds {number(ours["p50"] - bare["p50"], 1)} ms per task (median); profiles taken while
+building this put most of it in the workflow's first SQLite commits and the log's appends.
+{together["runs"]} concurrent tasks: {number(together["wall_s"], 2)} s wall,
+{number(together["runs_per_s"], 1)} tasks/s, {number(together["events_per_s"])} events/s delivered,
+p50 {number(together["run_ms"]["p50"])} ms per task. Resident memory after the runs: {memory}.
 
 The gateway's listening socket sets `TCP_NODELAY`: without it every HTTP response waits
 ~40 ms on the client's delayed ACK (uvicorn writes headers and body separately).
