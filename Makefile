@@ -57,16 +57,20 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy shuttle services gateway tests bench
 
+# The benchmark suite beside its peers (~15 minutes on 2 cores): saves figures under var/bench/
+# and rewrites docs/benchmarks.md with its charts in docs/img/. BENCH_ARGS=--quick for a
+# development run; `python -m bench.report` re-renders from the saved figures.
+EVENT_BENCHMARKS := events_append events_latency-sqlite events_latency-pg \
+	events_latency-sequential sse_fanout sse_idle
+
 bench: install
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
-	$(PY) -m bench.end_to_end
-	$(PY) -m bench.react_overhead
-	$(PY) -m bench.llm_overhead
+	$(PY) -m bench $(BENCH_ARGS)
 
-# Event log figures: append throughput (SQLite, PostgreSQL) and emit->subscriber latency.
+# Only the event log's figures: append throughput, subscriber latency, SSE fan-out, idle SSE.
 bench-events: install
-	$(PY) -m bench.events_append
-	$(PY) -m bench.events_latency
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) -m bench --only $(EVENT_BENCHMARKS) $(BENCH_ARGS)
 
 # The events service's schema (also migrated at its start-up) and its retention purge,
 # with the same SHUTTLE_* settings as the service.

@@ -27,6 +27,8 @@ from tests.support.scripted_openai import ScriptedOpenAI
 from tests.support.sse import parse_frames
 from tests.support.stack import start_stack
 
+from .results import add_common_arguments, latency_summary, save, sized
+
 
 async def shuttle_run(client: httpx.AsyncClient) -> tuple[float, int]:
     """Seconds from POST to the closed SSE stream, and how many events it carried."""
@@ -74,7 +76,9 @@ def rss_mb(pid: int) -> float:
     return int(found.group(1)) / 1024 if found else float("nan")
 
 
-async def main(runs: int, concurrency: int) -> None:
+async def main(args: argparse.Namespace) -> None:
+    runs = sized(args.runs, args.quick, full=50, small=10)
+    concurrency = sized(args.concurrency, args.quick, full=20, small=5)
     model = ScriptedOpenAI(handler=arithmetic_model).start()
     with tempfile.TemporaryDirectory() as data_dir:
         stack = start_stack(Path(data_dir), model.base_url)
@@ -114,11 +118,26 @@ async def main(runs: int, concurrency: int) -> None:
         "\nresident memory after the runs: "
         + ", ".join(f"{name} {mb:.0f} MB" for name, mb in memory.items())
     )
+    to_ms = 1000.0
+    figures = {
+        "bare_ms": latency_summary([s * to_ms for s in bare]),
+        "shuttle_ms": latency_summary([s * to_ms for s in seconds]),
+        "events_per_run": events,
+        "concurrent": {
+            "runs": concurrency,
+            "wall_s": wall,
+            "runs_per_s": concurrency / wall,
+            "events_per_s": concurrency * events / wall,
+            "run_ms": latency_summary([s * to_ms for s, _ in together]),
+        },
+        "rss_mb": memory,
+    }
+    save(args.json, "end_to_end", {"runs": runs, "concurrency": concurrency}, figures)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--concurrency", type=int, default=20)
-    options = parser.parse_args()
-    asyncio.run(main(options.runs, options.concurrency))
+    parser.add_argument("--runs", type=int, help="sequential runs per side (50; quick 10)")
+    parser.add_argument("--concurrency", type=int, help="concurrent tasks (20; quick 5)")
+    add_common_arguments(parser)
+    asyncio.run(main(parser.parse_args()))

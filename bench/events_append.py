@@ -26,6 +26,7 @@ from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 from .events_support import Backend, backends, events_service
+from .results import add_common_arguments, save, sized
 
 TENANT = tenant_metadata("bench")
 PAYLOAD = json.dumps({"step": 1, "note": "x" * 80})
@@ -123,7 +124,9 @@ async def peer_run(url: str, workflows: int, batches: int, batch: int) -> float:
     return elapsed
 
 
-async def bench_backend(backend: Backend, data_dir: Path, args: argparse.Namespace) -> None:
+async def bench_backend(
+    backend: Backend, data_dir: Path, args: argparse.Namespace
+) -> dict[str, object]:
     total = args.workflows * args.batches * args.batch
     async with events_service(backend, data_dir) as stub:
         appended, delivered = await shuttle_run(stub, args.workflows, args.batches, args.batch)
@@ -132,27 +135,39 @@ async def bench_backend(backend: Backend, data_dir: Path, args: argparse.Namespa
         f"{backend.label:<18} {total:>8} {total / appended:>14,.0f} {total / delivered:>14,.0f}"
         f" {total / peer:>16,.0f}"
     )
+    return {
+        "backend": backend.label,
+        "events": total,
+        "appended_per_s": total / appended,
+        "delivered_per_s": total / delivered,
+        "peer_per_s": total / peer,
+    }
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workflows", type=int, default=8)
-    parser.add_argument("--batches", type=int, default=50)
+    parser.add_argument("--batches", type=int, help="batches per workflow (50; quick 10)")
     parser.add_argument("--batch", type=int, default=100)
+    add_common_arguments(parser)
     args = parser.parse_args()
+    args.batches = sized(args.batches, args.quick, full=50, small=10)
     print(
         f"{args.workflows} workflows x {args.batches} batches x {args.batch} events, "
         "one producer and one live subscriber per workflow, events/s:"
     )
     header = f"{'backend':<18} {'events':>8} {'appended/s':>14} {'delivered/s':>14}"
     print(f"{header} {'peer inserts/s':>16}")
+    rows = []
     with tempfile.TemporaryDirectory() as scratch:
         async with backends(Path(scratch), with_redis=False) as found:
             for backend in found:
-                await bench_backend(backend, Path(scratch), args)
+                rows.append(await bench_backend(backend, Path(scratch), args))
         async with backends(Path(scratch) / "r", with_redis=True) as found:
             for backend in found[1:]:
-                await bench_backend(backend, Path(scratch) / "r", args)
+                rows.append(await bench_backend(backend, Path(scratch) / "r", args))
+    settings = {"workflows": args.workflows, "batches": args.batches, "batch": args.batch}
+    save(args.json, "events_append", settings, {"rows": rows})
 
 
 if __name__ == "__main__":

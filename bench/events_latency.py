@@ -38,15 +38,17 @@ from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 from .events_support import Backend, backends, events_service, paced, percentile
+from .results import add_common_arguments, latency_summary, save
 
 TENANT = tenant_metadata("bench")
 # (subscribers, events per second, events): the last two keep each run to a few seconds.
 CONFIGS = [(1, 1000, 2000), (100, 1000, 1000), (100, 100, 300), (1000, 100, 200)]
+QUICK_CONFIGS = [(1, 1000, 300), (100, 1000, 200), (100, 100, 100), (1000, 100, 50)]
 # --sequential: wait for each append before the next, as one executor run does; the rate is
 # then what one producer reaches.
 SEQUENTIAL = False
-Runner = Callable[[int, float, int], Awaitable[tuple[list[float], float]]]
-"""Latencies in ms, and the emit rate actually reached (events/s)."""
+Runner = Callable[[int, float, int], Awaitable[tuple[list[float], float, int]]]
+"""Latencies in ms, the emit rate actually reached (events/s), and how many appends failed."""
 
 
 def stamp() -> str:
@@ -58,7 +60,7 @@ def since(payload_json: str) -> float:
     return (time.perf_counter_ns() - sent) / 1e6
 
 
-async def peer(subscribers: int, rate: float, count: int) -> tuple[list[float], float]:
+async def peer(subscribers: int, rate: float, count: int) -> tuple[list[float], float, int]:
     queues: list[asyncio.Queue[str]] = [asyncio.Queue() for _ in range(subscribers)]
     latencies: list[float] = []
 
@@ -74,11 +76,11 @@ async def peer(subscribers: int, rate: float, count: int) -> tuple[list[float], 
             queue.put_nowait(payload)
     reached = count / (time.perf_counter() - started)
     await asyncio.gather(*consumers)
-    return latencies, reached
+    return latencies, reached, 0
 
 
 def log_runner(data_dir: Path) -> Runner:
-    async def run(subscribers: int, rate: float, count: int) -> tuple[list[float], float]:
+    async def run(subscribers: int, rate: float, count: int) -> tuple[list[float], float, int]:
         engine = create_engine(f"sqlite+aiosqlite:///{data_dir / f'log-{subscribers}.db'}")
         await migrate(engine)
         log = EventLog(SqlEventStore(engine), MemoryHotTier())
@@ -107,13 +109,13 @@ def log_runner(data_dir: Path) -> Runner:
         await log.append(workflow_id, "bench", [NewEvent("WORKFLOW_COMPLETED")])
         await asyncio.gather(*consumers)
         await engine.dispose()
-        return latencies, reached
+        return latencies, reached, 0
 
     return run
 
 
 def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
-    async def run(subscribers: int, rate: float, count: int) -> tuple[list[float], float]:
+    async def run(subscribers: int, rate: float, count: int) -> tuple[list[float], float, int]:
         created = await stub.CreateWorkflow(events_pb2.CreateWorkflowRequest(), metadata=TENANT)
         workflow_id = created.workflow_id
         latencies: list[float] = []
@@ -130,14 +132,19 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
         await asyncio.sleep(0.5 + subscribers / 500)  # let every stream open
         started = time.perf_counter()
 
+        failures: list[str] = []
+
         async def emit() -> None:
-            await stub.Append(
-                events_pb2.AppendRequest(
-                    workflow_id=workflow_id,
-                    events=[common_pb2.EventDraft(type=progress, payload_json=stamp())],
-                ),
-                metadata=TENANT,
-            )
+            try:
+                await stub.Append(
+                    events_pb2.AppendRequest(
+                        workflow_id=workflow_id,
+                        events=[common_pb2.EventDraft(type=progress, payload_json=stamp())],
+                    ),
+                    metadata=TENANT,
+                )
+            except grpc.aio.AioRpcError as exc:  # a refused append is a figure, not a crash
+                failures.append(f"{exc.code().name}: {exc.details()}")
 
         appends: list[asyncio.Task[None]] = []
         async for _ in paced(rate, count):
@@ -154,9 +161,19 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
             metadata=TENANT,
         )
         await asyncio.gather(*consumers)
-        return latencies, reached
+        return latencies, reached, len(failures)
 
     return run
+
+
+def summary(latencies: list[float], reached: float, expected: int, failed: int) -> dict[str, float]:
+    return {
+        "failed_appends": failed,
+        **latency_summary(latencies),
+        "reached_per_s": reached,
+        "delivered": len(latencies),
+        "expected": expected,
+    }
 
 
 def row(label: str, latencies: list[float], reached: float, expected: int) -> str:
@@ -171,7 +188,14 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--backend", choices=["sqlite", "pg"], default="sqlite")
     parser.add_argument("--sequential", action="store_true", help="await each append")
+    parser.add_argument(
+        "--grpc-only",
+        action="store_true",
+        help="only the grpc column (peer and log do not depend on --backend)",
+    )
+    add_common_arguments(parser)
     args = parser.parse_args()
+    rows: list[dict[str, object]] = []
     global SEQUENTIAL
     SEQUENTIAL = args.sequential
     with tempfile.TemporaryDirectory() as scratch:
@@ -186,12 +210,26 @@ async def main() -> None:
                     ("log", log_runner(data_dir)),
                     ("grpc", grpc_runner(stub)),
                 ]
+                if args.grpc_only:
+                    runners = runners[-1:]
                 print(f"grpc column: events service on {backend.label}")
-                for subscribers, rate, count in CONFIGS:
+                for subscribers, rate, count in QUICK_CONFIGS if args.quick else CONFIGS:
                     print(f"{subscribers} subscribers, {rate:.0f} events/s, {count} events:")
+                    measured: dict[str, object] = {
+                        "subscribers": subscribers,
+                        "rate": rate,
+                        "events": count,
+                    }
                     for label, runner in runners:
-                        latencies, reached = await runner(subscribers, rate, count)
+                        latencies, reached, failed = await runner(subscribers, rate, count)
                         print("  " + row(label, latencies, reached, subscribers * count))
+                        expected = subscribers * count
+                        measured[label] = summary(latencies, reached, expected, failed)
+                        if failed:
+                            print(f"  {label}: {failed} appends failed")
+                    rows.append(measured)
+    settings = {"backend": args.backend, "sequential": args.sequential}
+    save(args.json, "events_latency", settings, {"backend": backend.label, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,6 +21,8 @@ import httpx2
 import openai
 
 from shuttle.llm.openai_model import OpenAIModel
+
+from .results import Spread, add_common_arguments, save, sized
 
 HISTORY_LENGTHS = (2, 50, 200)
 
@@ -81,7 +82,7 @@ def history(length: int) -> list[dict[str, Any]]:
     return messages[:length]
 
 
-async def per_call_ms(call: Callable[[], Awaitable[Any]], calls: int) -> float:
+async def per_call_ms(call: Callable[[], Awaitable[Any]], calls: int) -> Spread:
     for _ in range(10):  # warm-up
         await call()
     samples = []
@@ -89,10 +90,11 @@ async def per_call_ms(call: Callable[[], Awaitable[Any]], calls: int) -> float:
         started = time.perf_counter()
         await call()
         samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
+    return Spread.of(samples)
 
 
-async def main(calls: int) -> None:
+async def main(args: argparse.Namespace) -> None:
+    calls = sized(args.calls, args.quick, full=200, small=30)
     plain = openai.AsyncOpenAI(
         base_url="http://bench.invalid/v1", api_key="k", max_retries=0, http_client=http_client()
     )
@@ -101,6 +103,7 @@ async def main(calls: int) -> None:
     )
     print(f"median client time per call, ms ({calls} calls each, in-process transport)")
     print(f"{'messages':>8}  {'openai create':>13}  {'shuttle chat':>12}  {'speed-up':>8}")
+    rows = []
     for length in HISTORY_LENGTHS:
         messages: Any = history(length)
 
@@ -112,12 +115,18 @@ async def main(calls: int) -> None:
 
         sdk = await per_call_ms(plain_call, calls)
         shuttle = await per_call_ms(our_call, calls)
-        print(f"{length:>8}  {sdk:>13.3f}  {shuttle:>12.3f}  {sdk / shuttle:>7.1f}x")
+        speed_up = sdk.median / shuttle.median
+        print(f"{length:>8}  {sdk.median:>13.3f}  {shuttle.median:>12.3f}  {speed_up:>7.1f}x")
+        rows.append(
+            {"messages": length, "openai_ms": sdk.as_dict(), "shuttle_ms": shuttle.as_dict()}
+        )
     await plain.close()
     await ours.close()
+    save(args.json, "llm_overhead", {"calls": calls}, {"rows": rows})
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=200)
-    asyncio.run(main(parser.parse_args().calls))
+    parser.add_argument("--calls", type=int, help="calls per side and length (200; quick 30)")
+    add_common_arguments(parser)
+    asyncio.run(main(parser.parse_args()))

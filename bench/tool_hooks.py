@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +24,8 @@ from services.tools.hooks.config import HooksConfig, build_chain
 from services.tools.hooks.rate_limit import RateLimitHook
 from services.tools.host import ToolCallRequest, ToolHost
 from shuttle.db import create_engine
+
+from .results import Spread, add_common_arguments, quantile, save, sized
 
 
 async def timed(host: ToolHost, calls: int) -> list[float]:
@@ -41,12 +42,13 @@ async def timed(host: ToolHost, calls: int) -> list[float]:
 
 
 def describe(name: str, samples: list[float]) -> str:
-    ordered = sorted(samples)
-    p95 = ordered[int(len(ordered) * 0.95)]
-    return f"{name:<28} median {statistics.median(ordered):8.1f} µs   p95 {p95:8.1f} µs"
+    spread = Spread.of(samples)
+    p95 = quantile(samples, 0.95)
+    return f"{name:<28} median {spread.median:8.1f} µs   p95 {p95:8.1f} µs"
 
 
-async def main(calls: int) -> None:
+async def main(args: argparse.Namespace) -> None:
+    calls = sized(args.calls, args.quick, full=2000, small=200)
     with tempfile.TemporaryDirectory() as tmp:
         engine = create_engine(f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}")
         await create_schema(engine)
@@ -63,12 +65,20 @@ async def main(calls: int) -> None:
         bare = ToolHost(ToolRegistry([Calculator()]))
         await timed(bare, 50)
         await timed(hooked, 50)
-        print(describe("no hooks", await timed(bare, calls)))
-        print(describe("defaults + rate limit", await timed(hooked, calls)))
+        without = await timed(bare, calls)
+        print(describe("no hooks", without))
+        hooks = await timed(hooked, calls)
+        print(describe("defaults + rate limit", hooks))
         await engine.dispose()
+    figures = {
+        side: {**Spread.of(samples).as_dict(), "p95": quantile(samples, 0.95)}
+        for side, samples in (("no_hooks_us", without), ("hooks_us", hooks))
+    }
+    save(args.json, "tool_hooks", {"calls": calls}, figures)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--calls", type=int, default=2000)
-    asyncio.run(main(parser.parse_args().calls))
+    parser.add_argument("--calls", type=int, help="calls per side (2000; quick 200)")
+    add_common_arguments(parser)
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,101 @@
+"""Many concurrent runs against a model with a fixed latency, against the ideal wall time.
+
+Every model call waits LATENCY before it answers, so one run of K tool rounds ideally takes
+(K + 2) x LATENCY however many run at once (K rounds, the answer, the streamed synthesis).
+Shuttle runs as its five processes (SQLite, in-process hot tier), each run driven over
+ExecutorService.Run until STREAM_END; the peer is the same conversation with a bare `openai`
+client in this process. The scripted model server shares this machine with both.
+
+    .venv/bin/python -m bench.react_concurrency [--counts 100 1000] [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+from .react_support import calls_per_run, open_sides, scripted_stack
+from .results import Spread, add_common_arguments, latency_summary, save
+
+LATENCY_SECONDS = 0.2
+
+
+async def trial(count: int, once: Callable[[], Awaitable[None]]) -> dict[str, Any]:
+    """`count` runs at once: wall time, each run's duration, and how many failed."""
+    durations: list[float] = []
+    failures: list[str] = []
+
+    async def one() -> None:
+        started = time.perf_counter()
+        try:
+            await once()
+        except Exception as exc:  # a failed run is a figure to report, not a crash
+            failures.append(f"{type(exc).__name__}: {exc}"[:200])
+            return
+        durations.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(count)))
+    return {
+        "wall_s": time.perf_counter() - started,
+        "run_s": latency_summary(durations),
+        "failed": len(failures),
+        "first_failure": failures[0] if failures else "",
+    }
+
+
+def summarise(trials: list[dict[str, Any]], ideal: float) -> dict[str, Any]:
+    walls = Spread.of([t["wall_s"] for t in trials])
+    return {
+        "wall_s": walls.as_dict(),
+        "x_ideal": walls.scaled(1 / ideal).as_dict(),
+        "trials": trials,
+        "failed": sum(t["failed"] for t in trials),
+    }
+
+
+async def main(args: argparse.Namespace) -> None:
+    counts = args.counts or ([20, 100] if args.quick else [100, 1000])
+    repeats = args.repeats or (1 if args.quick else 3)
+    rows: list[dict[str, Any]] = []
+    with scripted_stack(LATENCY_SECONDS) as (model, stack):
+        sides = open_sides(model, stack, with_langgraph=False)
+        try:
+            await sides.shuttle(1)  # warm-up
+            await sides.bare(1)
+            for count in counts:
+                k = args.k if args.k is not None else (3 if count <= 100 else 1)
+                ideal = calls_per_run(k) * LATENCY_SECONDS
+                # The largest count runs once: on two cores one trial already takes minutes.
+                times = repeats if count <= 100 else 1
+                row: dict[str, Any] = {"count": count, "k": k, "ideal_s": ideal}
+                sides_by_name = {"shuttle": sides.shuttle, "bare": sides.bare}
+                results: dict[str, list[dict[str, Any]]] = {name: [] for name in sides_by_name}
+                for _ in range(times):
+                    for name, run in sides_by_name.items():
+                        results[name].append(await trial(count, partial(run, k)))
+                for name, trials in results.items():
+                    row[name] = summarise(trials, ideal)
+                    wall = Spread(**row[name]["wall_s"])
+                    print(
+                        f"{count:>5} runs K={k} (ideal {ideal:.2f} s) {name:<8} wall {wall} s"
+                        f"  {wall.median / ideal:5.2f}x ideal  failed {row[name]['failed']}"
+                    )
+                rows.append(row)
+        finally:
+            await sides.close()
+    settings = {"latency_s": LATENCY_SECONDS, "counts": counts, "repeats": repeats}
+    save(args.json, "react_concurrency", settings, {"rows": rows})
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--counts", type=int, nargs="+", help="concurrent runs (100 1000)")
+    parser.add_argument("--k", type=int, help="tool rounds per run (3 up to 100 runs, else 1)")
+    parser.add_argument("--repeats", type=int, help="trials per count up to 100 (3; quick 1)")
+    add_common_arguments(parser)
+    asyncio.run(main(parser.parse_args()))

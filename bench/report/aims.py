@@ -1,0 +1,124 @@
+"""The aims set for the system, each judged from this run's figures."""
+
+# ruff: noqa: RUF001  (the rendered markdown uses typographic multiplication and dashes)
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .load import Results
+from .markdown import number, table, verdict
+
+
+@dataclass(frozen=True)
+class Judgement:
+    aim: str
+    measured: str
+    met: bool | None
+
+
+def _events_throughput(results: Results) -> Judgement:
+    aim = "event log ≥ 20,000 events/s appended and delivered"
+    figures = results.figures("events_append")
+    if figures is None:
+        return Judgement(aim, "—", None)
+    best = max(figures["rows"], key=lambda r: min(r["appended_per_s"], r["delivered_per_s"]))
+    rate = min(best["appended_per_s"], best["delivered_per_s"])
+    measured = (
+        f"{number(best['appended_per_s'])} appended, {number(best['delivered_per_s'])} "
+        f"delivered/s ({best['backend']}, best backend)"
+    )
+    return Judgement(aim, measured, rate >= 20_000)
+
+
+def _subscriber_latency(results: Results) -> Judgement:
+    aim = "emit → subscriber p99 ≤ 10 ms at 1,000 events/s to 100 subscribers"
+    found = []
+    for name, label in (
+        ("events_latency-sqlite", "gRPC, SQLite"),
+        ("events_latency-pg", "gRPC, PostgreSQL + Redis"),
+    ):
+        figures = results.figures(name)
+        for r in figures["rows"] if figures else []:
+            if r["subscribers"] == 100 and r["rate"] == 1000 and "grpc" in r:
+                found.append((r["grpc"]["p99"], label))
+    figures = results.figures("sse_fanout")
+    for r in figures["latency"] if figures else []:
+        if r["clients"] == 100 and r["rate"] == 1000:
+            found.append((r["latency_ms"]["p99"], "SSE via the gateway"))
+    if not found:
+        return Judgement(aim, "—", None)
+    measured = "; ".join(f"{number(p99, 1)} ms ({label})" for p99, label in found)
+    return Judgement(aim, measured, all(p99 <= 10 for p99, _ in found))
+
+
+def _react(results: Results) -> Judgement:
+    aim = "ReAct ≤ 3 ms per iteration, flat in K"
+    figures = results.figures("react_overhead")
+    if figures is None:
+        return Judgement(aim, "—", None)
+    ours = figures["per_iteration_ms"]["shuttle"]
+    medians = [ours[str(k)]["median"] for k in figures["ks"]]
+    measured = ", ".join(
+        f"K={k}: {number(m, 2)}" for k, m in zip(figures["ks"], medians, strict=True)
+    )
+    return Judgement(aim, measured + " ms", max(medians) <= 3.0)
+
+
+def _concurrency(results: Results) -> Judgement:
+    aim = "≤ 1.2× ideal wall time at 100 concurrent runs"
+    figures = results.figures("react_concurrency")
+    rows = [r for r in figures["rows"] if r["count"] == 100] if figures else []
+    if not rows:
+        return Judgement(aim, "—", None)
+    ours = rows[0]["shuttle"]
+    x_ideal = ours["x_ideal"]["median"]
+    bare = rows[0].get("bare", {}).get("x_ideal", {}).get("median")
+    measured = f"{number(x_ideal, 2)}× (bare loop {number(bare, 2)}×)"
+    return Judgement(aim, measured, x_ideal <= 1.2 and ours["failed"] == 0)
+
+
+def _idle_sse(results: Results) -> Judgement:
+    aim = "≥ 5,000 idle SSE connections per gateway process"
+    figures = results.figures("sse_idle")
+    if figures is None:
+        return Judgement(aim, "—", None)
+    total, reached = figures["connections"], figures["event_reached"]
+    last_s = figures["event_latency_ms"]["max"] / 1000
+    measured = (
+        f"{total:,} held, {number(figures['per_connection_bytes']['gateway'] / 1024, 1)} KB each "
+        f"in the gateway; an event appended then reached {reached:,}, the last after "
+        f"{number(last_s, 1)} s"
+    )
+    return Judgement(aim, measured, total >= 5000 and reached == total)
+
+
+def _run_memory(results: Results) -> Judgement:
+    aim = "≤ 100 KB per in-flight run (executor)"
+    figures = results.figures("run_memory")
+    if figures is None:
+        return Judgement(aim, "—", None)
+    executor = figures["per_run_bytes"]["executor"] / 1024
+    events = figures["per_run_bytes"].get("events", float("nan")) / 1024
+    measured = f"executor {number(executor, 1)} KB, events service {number(events, 1)} KB"
+    return Judgement(aim, measured, executor <= 100)
+
+
+JUDGES: tuple[Callable[[Results], Judgement], ...] = (
+    _events_throughput,
+    _subscriber_latency,
+    _react,
+    _concurrency,
+    _idle_sse,
+    _run_memory,
+)
+
+
+def judge(results: Results) -> list[Judgement]:
+    return [each(results) for each in JUDGES]
+
+
+def aims_table(results: Results) -> str:
+    rows = [[j.aim, j.measured, verdict(j.met)] for j in judge(results)]
+    return table(["aim", "measured in this run", "verdict"], rows, "lll")

@@ -1,0 +1,303 @@
+"""Report sections on the agent engine: LLM client, ReAct loop, concurrency, memory."""
+
+# ruff: noqa: RUF001  (the rendered markdown uses typographic multiplication and dashes)
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import charts
+from .context import Context, missing
+from .markdown import number, spread, table
+
+SIDES = {"shuttle": "Shuttle", "bare": "bare `openai` loop", "langgraph": "LangGraph"}
+
+
+def llm_overhead(ctx: Context) -> str:
+    figures = ctx.results.figures("llm_overhead")
+    calls = ctx.results.settings("llm_overhead").get("calls", "N")
+    head = f"""## LLM client overhead vs. history length
+
+```sh
+.venv/bin/python -m bench.llm_overhead --calls {calls}
+```
+
+Client time per chat call with an in-process HTTP transport that answers at once, so the
+figure is only what the client spends building, encoding and parsing. The plain `openai`
+client's `chat.completions.create` runs every message through its request transform; Shuttle
+encodes the body itself and sends it with the same client's `post`. Median (p25–p75) of
+{calls} calls.
+"""
+    if figures is None:
+        return head + "\n" + missing("llm_overhead")
+    rows = [
+        [
+            str(r["messages"]),
+            spread(r["openai_ms"], 3),
+            spread(r["shuttle_ms"], 3),
+            f"{r['openai_ms']['median'] / r['shuttle_ms']['median']:.1f}×",
+        ]
+        for r in figures["rows"]
+    ]
+    body = table(["messages", "`openai` create (ms)", "Shuttle `chat` (ms)", "speed-up"], rows)
+    chart = ctx.chart("llm_overhead", charts.llm_overhead, figures, "LLM client time per call")
+    return f"""{head}
+{body}
+
+{chart}
+
+What still grows on Shuttle's side is encoding and sending the bytes themselves (the
+200-message history is about 100 KB of JSON).
+"""
+
+
+def react_overhead(ctx: Context) -> str:
+    figures = ctx.results.figures("react_overhead")
+    runs = ctx.results.settings("react_overhead").get("runs", "N")
+    head = f"""## ReAct engine overhead per iteration
+
+```sh
+.venv/bin/python -m bench.react_overhead --runs {runs}   # LangGraph from the `bench` extra
+```
+
+Shuttle runs as its real processes (events, tools, planner, executor, gateway; SQLite,
+in-process hot tier) and each run is driven over `ExecutorService.Run` until `STREAM_END`,
+so an iteration includes the executor's bookkeeping, `ToolService.Execute` over gRPC, and
+five events committed to the log. Runs ask for the STANDARD mode, since the peers have no
+router (left to the planner, routing is one more model call per run), and the completion
+checklist is switched off, so that every side makes the same model calls (K tool rounds, an
+answer, and for Shuttle and the bare loop a streamed synthesis; LangGraph's prebuilt agent
+makes no synthesis call). The bare loop and
+LangGraph (`create_react_agent` with `langchain-openai`) call the calculator in-process. All
+three talk to one zero-latency scripted OpenAI-compatible server (a process of its own,
+`bench/model_server.py`); for each K the sides take
+turns run by run, so load from elsewhere falls on all of them alike. Figures are run time ÷ K:
+median (p25–p75) of {runs} runs.
+"""
+    if figures is None:
+        return head + "\n" + missing("react_overhead")
+    per_iteration: dict[str, dict[str, Any]] = figures["per_iteration_ms"]
+    names = list(per_iteration)
+    rows = []
+    for k in figures["ks"]:
+        cells = [str(k)] + [spread(per_iteration[n][str(k)]) for n in names]
+        if "bare" in per_iteration:
+            extra = (
+                per_iteration["shuttle"][str(k)]["median"] - per_iteration["bare"][str(k)]["median"]
+            )
+            cells.append(number(extra, 2))
+        rows.append(cells)
+    headers = ["K tool iterations", *(f"{SIDES.get(n, n)} ms/iter" for n in names)]
+    if "bare" in per_iteration:
+        headers.append("Shuttle − bare")
+    fits = figures["fit"]
+    fit_rows = [
+        [SIDES.get(n, n), number(f["per_iteration_ms"], 2), number(f["fixed_ms"], 1)]
+        for n, f in fits.items()
+    ]
+    chart = ctx.chart("react_overhead", charts.react_overhead, figures, "ms per iteration by K")
+    return f"""{head}
+{table(headers, rows)}
+
+{chart}
+
+Fitting the medians to run time = fixed + K × per-iteration separates what one more
+iteration costs from what every run pays once (creating the workflow, the first Append,
+following the log, the streamed synthesis, closing the log):
+
+{table(["side", "per iteration (ms)", "fixed per run (ms)"], fit_rows)}
+
+What the bare loop and LangGraph spend per call grows with the conversation (the `openai`
+SDK's request transform walks every message; Shuttle's LLM layer encodes the body itself, see
+above), so their cost per iteration rises with K, while Shuttle's falls towards its marginal
+cost as its fixed part is spread over more iterations. Profiles taken while building this
+(py-spy, `py-spy record -f raw --idle` on each process) put the engine's own code (loop,
+policies, reporter, emitter) at about 2 % of the executor's samples and its gRPC calls (tool
+execution, Appends) at about 11 %.
+"""
+
+
+def react_concurrency(ctx: Context) -> str:
+    figures = ctx.results.figures("react_concurrency")
+    settings = ctx.results.settings("react_concurrency")
+    latency_ms = float(settings.get("latency_s", 0.2)) * 1000
+    head = f"""## Concurrent runs against a slow model
+
+```sh
+.venv/bin/python -m bench.react_concurrency --counts 100 1000
+```
+
+Every model call waits {latency_ms:.0f} ms before it answers, so a run of K tool rounds ideally
+takes (K + 2) × {latency_ms:.0f} ms however many run at once. All runs start together; wall is
+until the last one's `STREAM_END`. Shuttle is the five processes on the embedded defaults
+(SQLite, in-process hot tier), runs in the STANDARD mode as above; the peer is the same
+conversation with a bare `openai` client.
+The scripted model server (its own process), the peer and every Shuttle process share the
+same two cores, so the bare loop's figure is also what this machine manages with no Shuttle
+at all. Up to 100
+runs: median (min–max) over {settings.get("repeats", "N")} trial(s); larger counts run once.
+"""
+    if figures is None:
+        return head + "\n" + missing("react_concurrency")
+    rows = []
+    for r in figures["rows"]:
+        for side in ("shuttle", "bare"):
+            if side not in r:
+                continue
+            s = r[side]
+            wall = s["wall_s"]
+            runs = s["trials"][-1]["run_s"]
+            rows.append(
+                [
+                    f"{r['count']:,}",
+                    str(r["k"]),
+                    number(r["ideal_s"], 2),
+                    SIDES[side],
+                    f"{number(wall['median'], 2)} "
+                    f"({number(wall['low'], 2)}–{number(wall['high'], 2)})",
+                    number(s["x_ideal"]["median"], 2),
+                    f"{number(runs['p50'], 2)} / {number(runs['p95'], 2)}",
+                    str(s["failed"]),
+                ]
+            )
+    headers = [
+        "runs",
+        "K",
+        "ideal (s)",
+        "side",
+        "wall (s)",
+        "× ideal",
+        "one run p50 / p95, last trial (s)",
+        "failed",
+    ]
+    chart = ctx.chart("react_concurrency", charts.react_concurrency, figures, "wall ÷ ideal")
+    return f"""{head}
+{table(headers, rows, "rrrlrrrr")}
+{_failures(figures["rows"])}
+{chart}
+
+Where the time goes at 100 runs (py-spy profiles while building this): the executor is idle
+most of the time; the events service's aiosqlite worker threads account for most of its
+samples, executing SQLite statements, since many runs append at once and SQLite write
+transactions queue. The engine never waits for an Append (events are queued and sent in group
+commits), but a run's stream only ends when its `STREAM_END` is committed. PostgreSQL, or
+serialising SQLite writers inside the events service, is where this is won.
+"""
+
+
+def _failures(rows: list[dict[str, Any]]) -> str:
+    """What the failed runs said, so a failure count is never a bare number."""
+    notes = []
+    for r in rows:
+        for side in ("shuttle", "bare"):
+            s = r.get(side)
+            if not s or not s["failed"]:
+                continue
+            first = next(t["first_failure"] for t in s["trials"] if t["first_failure"])
+            reason = " ".join(first.split())[:160]
+            notes.append(
+                f"- {r['count']:,} runs, {SIDES[side]}: {s['failed']:,} failed, e.g. `{reason}`"
+            )
+    if not notes:
+        return ""
+    return "\nFailed runs (counted, not retried):\n\n" + "\n".join(notes) + "\n"
+
+
+def end_to_end(ctx: Context) -> str:
+    figures = ctx.results.figures("end_to_end")
+    runs = ctx.results.settings("end_to_end").get("runs", "N")
+    head = f"""## One task end to end
+
+```sh
+.venv/bin/python -m bench.end_to_end --runs {runs}
+```
+
+One task (`What is 12*7?`: a tool call, an answer, a streamed synthesis and one calculator
+call) from `POST /api/v1/tasks` to the closed SSE stream, through all five processes on the
+embedded defaults (SQLite, in-process hot tier), against a zero-latency scripted model.
+*Peer*: the same three model calls and the calculator in-process with a bare `openai` client
+against the same server.
+"""
+    if figures is None:
+        return head + "\n" + missing("end_to_end")
+    bare, ours = figures["bare_ms"], figures["shuttle_ms"]
+    rows = [
+        ["bare `openai` loop", *(number(bare[q], 1) + " ms" for q in ("p50", "p95", "p99"))],
+        [
+            f"Shuttle (5 processes, {figures['events_per_run']} events per run over SSE)",
+            *(number(ours[q], 1) + " ms" for q in ("p50", "p95", "p99")),
+        ],
+    ]
+    together = figures["concurrent"]
+    memory = ", ".join(f"{name} {mb:.0f} MB" for name, mb in figures["rss_mb"].items())
+    return f"""{head}
+{table([f"{runs} sequential runs", "p50", "p95", "p99"], rows)}
+
+Shuttle adds {number(ours["p50"] - bare["p50"], 1)} ms per task (median); profiles taken while
+building this put most of it in the workflow's first SQLite commits and the log's appends.
+{together["runs"]} concurrent tasks: {number(together["wall_s"], 2)} s wall,
+{number(together["runs_per_s"], 1)} tasks/s, {number(together["events_per_s"])} events/s delivered,
+p50 {number(together["run_ms"]["p50"])} ms per task. Resident memory after the runs: {memory}.
+
+The gateway's listening socket sets `TCP_NODELAY`: without it every HTTP response waits
+~40 ms on the client's delayed ACK (uvicorn writes headers and body separately).
+"""
+
+
+def tool_hooks(ctx: Context) -> str:
+    figures = ctx.results.figures("tool_hooks")
+    calls = ctx.results.settings("tool_hooks").get("calls", "N")
+    head = f"""## Tool hook chain
+
+```sh
+.venv/bin/python -m bench.tool_hooks --calls {calls}
+```
+
+The calculator through `ToolHost.execute` in one process, with no hooks and with the
+deployment defaults (read-only guard, truncation, an audit row in SQLite) plus an in-process
+rate limiter; the difference is the policy layer, mostly the audit row's commit.
+"""
+    if figures is None:
+        return head + "\n" + missing("tool_hooks")
+    rows = [
+        [label, number(figures[key]["median"], 1), number(figures[key]["p95"], 1)]
+        for label, key in (("no hooks", "no_hooks_us"), ("defaults + rate limit", "hooks_us"))
+    ]
+    return f"{head}\n{table([f'{calls} calls', 'median (µs)', 'p95 (µs)'], rows)}\n"
+
+
+def run_memory(ctx: Context) -> str:
+    figures = ctx.results.figures("run_memory")
+    runs = ctx.results.settings("run_memory").get("runs", "N")
+    head = f"""## Memory per in-flight run
+
+```sh
+.venv/bin/python -m bench.run_memory --runs {runs}
+```
+
+The five processes on the embedded defaults; the scripted model answers each run's first call
+with a calculator call and then holds its second call, so every run is mid-iteration with one
+tool round in its history. Runs start over `ExecutorService.StartRun` in four steps; after
+each, once the model holds every started run's call, the benchmark reads each process's
+resident memory. A few complete runs first warm imports and pools into the baseline. Each
+in-flight run is, in the executor, a task with its conversation, an HTTP request to the
+model, and a gRPC stream following the run's command events (pause, cancel, interrupts); in
+the events service, that stream.
+"""
+    if figures is None:
+        return head + "\n" + missing("run_memory")
+    per_run, slope = figures["per_run_bytes"], figures["slope_bytes"]
+    rows = [
+        [name, number(per_run[name] / 1024, 1), number(slope[name] / 1024, 1)] for name in per_run
+    ]
+    chart = ctx.chart("run_memory", charts.run_memory, figures, "memory added by runs held")
+    held = figures["runs"]
+    return f"""{head}
+{table(["process", f"KB per run ({held} held − none)", "KB per run (slope)"], rows)}
+
+{chart}
+
+Resident memory counts what Python's allocator has taken from the system, so these figures
+are upper bounds of what a run holds; they include each run's share of buffers that grow in
+steps (gRPC, the HTTP connection pool).
+"""

@@ -1,0 +1,121 @@
+"""The benchmark report renders from saved results: markdown, charts, and the aims' verdicts.
+
+The results under results/ were saved by the real benchmarks (`python -m bench --quick`);
+events_latency-pg and events_latency-sequential are left out on purpose, to show a missing
+benchmark is named rather than breaking the report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.report.__main__ import main
+
+RESULTS = Path(__file__).parent / "results"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def render(tmp_path: Path, results: Path = RESULTS) -> tuple[int, Path, Path]:
+    doc, images = tmp_path / "docs" / "benchmarks.md", tmp_path / "docs" / "img"
+    code = main(["--results", str(results), "--doc", str(doc), "--images", str(images)])
+    return code, doc, images
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """One render shared by the tests that only read it (drawing the charts takes seconds)."""
+    code, doc, images = render(tmp_path_factory.mktemp("report"))
+    assert code == 0
+    return doc, images
+
+
+def test_every_section_and_chart_is_rendered(rendered: tuple[Path, Path]) -> None:
+    doc, images = rendered
+    text = doc.read_text()
+    for heading in (
+        "## Aims",
+        "## LLM client overhead vs. history length",
+        "## ReAct engine overhead per iteration",
+        "## Concurrent runs against a slow model",
+        "## Memory per in-flight run",
+        "## One task end to end",
+        "### Append throughput",
+        "### Through the gateway to SSE clients",
+        "### Idle SSE connections per gateway process",
+        "## Reproducing",
+    ):
+        assert heading in text, heading
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert sorted(Path(link).name for link in links) == sorted(p.name for p in images.iterdir())
+    assert len(links) == 6
+    for link in links:
+        chart = doc.parent / link
+        assert chart.read_bytes().startswith(PNG_MAGIC), link
+        assert chart.stat().st_size > 5_000, f"{link} looks empty"
+
+
+def test_the_machine_its_load_and_the_quick_sizes_are_stated(rendered: tuple[Path, Path]) -> None:
+    doc, _ = rendered
+    text = doc.read_text()
+    machine = json.loads((RESULTS / "react_overhead.json").read_text())["machine"]
+
+    assert f"{machine['cpus']} CPUs" in text
+    assert f"Python {machine['python']}" in text
+    assert "`--quick` sizes" in text
+    # The saved results were measured on a busy machine, and the report must say so.
+    assert machine["load_average"][0] > machine["cpus"]
+    assert "Other work kept this machine busy" in text
+
+
+def test_aims_are_judged_from_the_figures(rendered: tuple[Path, Path]) -> None:
+    doc, _ = rendered
+    rows = {
+        line.split(" | ")[0].removeprefix("| "): line
+        for line in doc.read_text().splitlines()
+        if line.startswith("| ") and "**" in line
+    }
+    memory = json.loads((RESULTS / "run_memory.json").read_text())["figures"]
+    executor_kb = memory["per_run_bytes"]["executor"] / 1024
+    expected = "**met**" if executor_kb <= 100 else "**not met**"
+
+    assert f"executor {executor_kb:,.1f} KB" in rows["≤ 100 KB per in-flight run (executor)"]
+    assert rows["≤ 100 KB per in-flight run (executor)"].endswith(f"{expected} |")
+    # 500 idle connections in the quick results fall short of 5,000.
+    assert rows["≥ 5,000 idle SSE connections per gateway process"].endswith("**not met** |")
+
+
+def test_a_benchmark_without_results_is_named_not_fatal(tmp_path: Path) -> None:
+    partial = tmp_path / "results"
+    shutil.copytree(RESULTS, partial)
+    (partial / "sse_idle.json").unlink()
+
+    code, doc, images = render(tmp_path, partial)
+
+    assert code == 0
+    text = doc.read_text()
+    assert "*Not measured in this run (`python -m bench --only sse_idle`).*" in text
+    assert "*Not measured in this run (`python -m bench --only events_latency-pg`).*" in text
+    assert not (images / "sse_idle.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("{not json", "is not valid JSON"), ('{"benchmark": "x"}', "is not a benchmark result")],
+)
+def test_a_broken_results_file_is_named_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    broken = tmp_path / "results"
+    shutil.copytree(RESULTS, broken)
+    (broken / "odd.json").write_text(content)
+
+    code, doc, _ = render(tmp_path, broken)
+
+    assert code == 2
+    assert f"odd.json {message}" in capsys.readouterr().err
+    assert not doc.exists()
