@@ -6,16 +6,15 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Collection, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 
 from shuttle.metrics import EVENTS_APPENDED, SUBSCRIBER_CATCHUPS, SUBSCRIBER_LAG
 
 from .errors import InvalidArgument
+from .group_commit import GroupCommitter
 from .hot import HotTier
 from .lifecycle import close_after_terminal
 from .payloads import shape_batch, with_full_result
-from .records import EventPage, NewEvent, StoredEvent, WorkflowRecord
+from .records import Appended, AppendRequest, EventPage, NewEvent, StoredEvent, WorkflowRecord
 from .store import SqlEventStore
 from .validation import (
     check_batch,
@@ -32,12 +31,6 @@ log = logging.getLogger(__name__)
 MAX_DELETE_IDS = 1000
 # Events fetched per SQL or hot-tier read while replaying a stream.
 REPLAY_PAGE = 500
-
-
-@dataclass
-class _LockEntry:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    users: int = 0
 
 
 class EventLog:
@@ -65,7 +58,7 @@ class EventLog:
         self._hot = hot
         self._replay_page = replay_page
         self._poll = poll_seconds
-        self._locks: dict[str, _LockEntry] = {}
+        self._committer = GroupCommitter(store.append_many, self._publish)
 
     async def create_workflow(
         self,
@@ -112,11 +105,12 @@ class EventLog:
         check_producer(producer_id, batch_seq)
         check_batch(events)
         batch, added = close_after_terminal(shape_batch(events))
-        # Shielded: a caller that gives up mid-append must not leave a committed batch
-        # unpublished, or live subscribers would have to fall back to SQL to see it.
-        seqs = await asyncio.shield(
-            self._commit_and_publish(workflow_id, tenant_id, batch, producer_id, batch_seq)
+        # Concurrent appends (any workflows) share one transaction; each is published
+        # before its call returns, and even if its caller gives up meanwhile.
+        appended = await self._committer.submit(
+            AppendRequest(workflow_id, tenant_id, batch, producer_id, batch_seq)
         )
+        seqs = appended.seqs
         return seqs if added is None else seqs[:added] + seqs[added + 1 :]
 
     async def stream(
@@ -239,30 +233,21 @@ class EventLog:
             return False
         return True
 
-    async def _commit_and_publish(
-        self,
-        workflow_id: str,
-        tenant_id: str,
-        events: Sequence[NewEvent],
-        producer_id: str,
-        batch_seq: int,
-    ) -> list[int]:
-        # Held across commit and publish so the hot tier receives each workflow's seqs
-        # in order; the SQL counter alone already makes them unique and gap-free.
-        async with self._workflow_lock(workflow_id):
-            appended = await self._store.append(
-                workflow_id, tenant_id, events, producer_id=producer_id, batch_seq=batch_seq
-            )
+    async def _publish(self, committed: Sequence[tuple[AppendRequest, Appended]]) -> None:
+        """Hand a committed group to the hot tier, each workflow's events in seq order."""
+        by_workflow: dict[str, list[StoredEvent]] = {}
+        for request, appended in committed:
             for event in appended.events:
                 EVENTS_APPENDED.labels(event.type).inc()
             if appended.events:
-                try:
-                    await self._hot.publish(workflow_id, appended.events)
-                except Exception:
-                    # The batch is committed; failing the call now would make the producer
-                    # retry into duplicates. Readers find the durable events in SQL.
-                    log.exception("hot tier publish failed", extra={"workflow_id": workflow_id})
-        return appended.seqs
+                by_workflow.setdefault(request.workflow_id, []).extend(appended.events)
+        for workflow_id, events in by_workflow.items():
+            try:
+                await self._hot.publish(workflow_id, events)
+            except Exception:
+                # The batch is committed; failing the call now would make the producer
+                # retry into duplicates. Readers find the durable events in SQL.
+                log.exception("hot tier publish failed", extra={"workflow_id": workflow_id})
 
     async def _next_batch(
         self, workflow_id: str, tenant_id: str, cursor: int
@@ -293,19 +278,6 @@ class EventLog:
         if len(durable) == self._replay_page:
             return durable, durable[-1].seq + 1
         return durable, upper + 1  # the whole gap is read: go on from the hot tier
-
-    @asynccontextmanager
-    async def _workflow_lock(self, workflow_id: str) -> AsyncIterator[None]:
-        # Entries are dropped when unused, so the map only holds workflows being appended to.
-        entry = self._locks.setdefault(workflow_id, _LockEntry())
-        entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            if entry.users == 0:
-                del self._locks[workflow_id]
 
 
 def _check_target(workflow_id: str, tenant_id: str) -> None:

@@ -1,0 +1,207 @@
+"""The append transaction: seqs claimed from workflow counters for a group of batches, and
+their rows inserted together.
+
+One transaction may carry batches for many workflows (and several for one workflow): each
+batch bumps its workflow's ``last_seq`` in turn, so seqs stay consecutive per batch and
+gap-free per workflow, and the rows of the whole group then go in with one statement per
+table. Batches are taken in workflow-id order, so two replicas committing groups that
+share workflows lock their rows in the same order and cannot deadlock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import RowMapping, case, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .errors import EventsError, FailedPrecondition, InvalidArgument, NotFound
+from .lifecycle import derive_update
+from .models import appends, events, tool_results, workflows
+from .records import TERMINAL_STATUSES, Appended, AppendRequest, NewEvent, StoredEvent
+from .rows import event_row
+
+Outcome = Appended | EventsError
+"""What one batch of a group got: its seqs, or the error that refused it alone."""
+
+
+@dataclass
+class _Rows:
+    appends: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    tool_results: list[dict[str, Any]] = field(default_factory=list)
+
+
+async def append_group(
+    conn: AsyncConnection,
+    requests: Sequence[AppendRequest],
+    now: datetime,
+    ephemeral: frozenset[str],
+) -> list[Outcome]:
+    """Append every batch of `requests` inside `conn`'s transaction; outcomes in request
+    order. A batch refused on its own (unknown workflow, closed log, a retry found in
+    ``appends``) changes nothing and leaves the others to commit. A repeated batch that
+    slipped past the counter check fails the ``appends`` insert (IntegrityError), which the
+    caller must answer by rolling the whole group back."""
+    outcomes: list[Outcome | None] = [None] * len(requests)
+    rows = _Rows()
+    # Stable: a workflow's batches keep their arrival order.
+    for index in sorted(range(len(requests)), key=lambda i: requests[i].workflow_id):
+        request = requests[index]
+        try:
+            outcomes[index] = await _claim(conn, request, now, ephemeral, rows)
+        except EventsError as refused:
+            outcomes[index] = refused
+    if rows.appends:
+        await conn.execute(insert(appends), rows.appends)
+    if rows.events:
+        await conn.execute(insert(events), rows.events)
+    if rows.tool_results:
+        await conn.execute(insert(tool_results), rows.tool_results)
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+async def _claim(
+    conn: AsyncConnection,
+    request: AppendRequest,
+    now: datetime,
+    ephemeral: frozenset[str],
+    rows: _Rows,
+) -> Appended:
+    """Bump the workflow's counter for one batch and queue its rows; the batch's answer."""
+    batch = request.batch
+    row_update = derive_update(batch)
+    values: dict[str, Any] = {
+        "last_seq": workflows.c.last_seq + len(batch),
+        "updated_at": now,
+        **row_update.columns(),
+    }
+    if row_update.status is not None:
+        # A finished workflow stays finished whatever a late producer reports.
+        values["status"] = case(
+            (workflows.c.status.in_([s.value for s in TERMINAL_STATUSES]), workflows.c.status),
+            else_=row_update.status.value,
+        )
+    # The bump comes first: it takes the row's write lock (PostgreSQL) or the database's
+    # (SQLite) before anything is read, so SQLite never has to upgrade a read transaction.
+    bump = (
+        update(workflows)
+        .where(
+            workflows.c.id == request.workflow_id,
+            workflows.c.tenant_id == request.tenant_id,
+            workflows.c.stream_ended.is_(False),
+        )
+        .values(values)
+        .returning(workflows.c.last_seq)
+    )
+    last_seq = (await conn.execute(bump)).scalar_one_or_none()
+    if last_seq is None:
+        return await _unbumped_answer(conn, request)
+    first_seq = last_seq - len(batch) + 1
+    stored = [
+        StoredEvent(
+            workflow_id=request.workflow_id,
+            seq=first_seq + index,
+            type=event.type,
+            agent_id=event.agent_id,
+            message=event.message,
+            payload_json=event.payload_json or "{}",
+            timestamp=event.timestamp or now,
+            trace_id=event.trace_id,
+        )
+        for index, event in enumerate(batch)
+    ]
+    if request.producer_id:
+        rows.appends.append(
+            {
+                "workflow_id": request.workflow_id,
+                "producer_id": request.producer_id,
+                "batch_seq": request.batch_seq,
+                "first_seq": first_seq,
+                "count": len(batch),
+            }
+        )
+    rows.events.extend(event_row(event) for event in stored if event.type not in ephemeral)
+    rows.tool_results.extend(
+        {
+            "workflow_id": request.workflow_id,
+            "seq": stored_event.seq,
+            "tool_name": event.tool_name,
+            "result": event.full_result,
+        }
+        for event, stored_event in zip(batch, stored, strict=True)
+        if event.full_result is not None
+    )
+    return Appended(events=stored, seqs=[event.seq for event in stored])
+
+
+async def _unbumped_answer(conn: AsyncConnection, request: AppendRequest) -> Appended:
+    """The counter bump matched no row: an earlier append of this very batch whose log has
+    ended since, or else the closed-log answer (NotFound / FailedPrecondition)."""
+    if request.producer_id:
+        earlier = await earlier_append(conn, request)
+        if earlier is not None:
+            return repeat_of(earlier, request)
+    return await _closed_log_answer(conn, request)
+
+
+async def workflow_row(conn: AsyncConnection, workflow_id: str, tenant_id: str) -> RowMapping:
+    """The workflow's row; NotFound when missing or owned by another tenant."""
+    row = (
+        (
+            await conn.execute(
+                select(workflows).where(
+                    workflows.c.id == workflow_id, workflows.c.tenant_id == tenant_id
+                )
+            )
+        )
+        .mappings()
+        .one_or_none()
+    )
+    if row is None:
+        raise NotFound(f"workflow {workflow_id!r} not found")
+    return row
+
+
+async def earlier_append(conn: AsyncConnection, request: AppendRequest) -> RowMapping | None:
+    """The record of an earlier append of this batch, after checking the caller's tenant."""
+    await workflow_row(conn, request.workflow_id, request.tenant_id)
+    query = select(appends.c.first_seq, appends.c.count).where(
+        appends.c.workflow_id == request.workflow_id,
+        appends.c.producer_id == request.producer_id,
+        appends.c.batch_seq == request.batch_seq,
+    )
+    return (await conn.execute(query)).mappings().one_or_none()
+
+
+def repeat_of(earlier: RowMapping, request: AppendRequest) -> Appended:
+    count: int = earlier["count"]
+    if count != len(request.batch):
+        raise InvalidArgument(
+            f"batch_seq {request.batch_seq} of producer {request.producer_id!r} was appended "
+            f"with {count} events; this request has {len(request.batch)}: a retry must resend "
+            "the same batch"
+        )
+    first: int = earlier["first_seq"]
+    return Appended(events=[], seqs=list(range(first, first + count)), repeated=True)
+
+
+async def _closed_log_answer(conn: AsyncConnection, request: AppendRequest) -> Appended:
+    """No such workflow (NotFound), or its log has ended. A lone STREAM_END then is the
+    producer closing a log the service already closed after its terminal event: it gets
+    that STREAM_END's seq back. Anything else is refused."""
+    row = await workflow_row(conn, request.workflow_id, request.tenant_id)
+    last_seq: int = row["last_seq"]
+    if _types(request.batch) == ["STREAM_END"]:
+        return Appended(events=[], seqs=[last_seq], repeated=True)
+    raise FailedPrecondition(
+        f"workflow {request.workflow_id!r} has ended (its log holds STREAM_END at seq "
+        f"{last_seq}); nothing more can be appended"
+    )
+
+
+def _types(batch: Sequence[NewEvent]) -> list[str]:
+    return [event.type for event in batch]
