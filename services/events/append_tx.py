@@ -15,13 +15,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, case, insert, select, update
+from sqlalchemy import RowMapping, Update, bindparam, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .errors import EventsError, FailedPrecondition, InvalidArgument, NotFound
 from .lifecycle import derive_update
 from .models import appends, events, tool_results, workflows
-from .records import TERMINAL_STATUSES, Appended, AppendRequest, NewEvent, StoredEvent
+from .records import (
+    TERMINAL_STATUSES,
+    Appended,
+    AppendRequest,
+    NewEvent,
+    StoredEvent,
+    WorkflowStatus,
+)
 from .rows import event_row
 
 Outcome = Appended | EventsError
@@ -74,30 +81,14 @@ async def _claim(
     """Bump the workflow's counter for one batch and queue its rows; the batch's answer."""
     batch = request.batch
     row_update = derive_update(batch)
-    values: dict[str, Any] = {
-        "last_seq": workflows.c.last_seq + len(batch),
-        "updated_at": now,
-        **row_update.columns(),
-    }
-    if row_update.status is not None:
-        # A finished workflow stays finished whatever a late producer reports.
-        values["status"] = case(
-            (workflows.c.status.in_([s.value for s in TERMINAL_STATUSES]), workflows.c.status),
-            else_=row_update.status.value,
-        )
-    # The bump comes first: it takes the row's write lock (PostgreSQL) or the database's
-    # (SQLite) before anything is read, so SQLite never has to upgrade a read transaction.
-    bump = (
-        update(workflows)
-        .where(
-            workflows.c.id == request.workflow_id,
-            workflows.c.tenant_id == request.tenant_id,
-            workflows.c.stream_ended.is_(False),
-        )
-        .values(values)
-        .returning(workflows.c.last_seq)
-    )
-    last_seq = (await conn.execute(bump)).scalar_one_or_none()
+    columns = row_update.columns()
+    if columns or row_update.status is not None:
+        bump = _lifecycle_bump(len(batch), now, columns, row_update.status)
+        params: dict[str, Any] = {}
+    else:
+        bump, params = _PLAIN_BUMP, {"count": len(batch), "now": now}
+    params.update(bump_workflow_id=request.workflow_id, bump_tenant_id=request.tenant_id)
+    last_seq = (await conn.execute(bump, params)).scalar_one_or_none()
     if last_seq is None:
         return await _unbumped_answer(conn, request)
     first_seq = last_seq - len(batch) + 1
@@ -136,6 +127,45 @@ async def _claim(
         if event.full_result is not None
     )
     return Appended(events=stored, seqs=[event.seq for event in stored])
+
+
+def _bump(values: dict[str, Any]) -> Update:
+    """The counter bump; it comes first in a batch's work: it takes the row's write lock
+    (PostgreSQL) or the database's (SQLite) before anything is read, so SQLite never has to
+    upgrade a read transaction."""
+    return (
+        update(workflows)
+        .where(
+            workflows.c.id == bindparam("bump_workflow_id"),
+            workflows.c.tenant_id == bindparam("bump_tenant_id"),
+            workflows.c.stream_ended.is_(False),
+        )
+        .values(values)
+        .returning(workflows.c.last_seq)
+    )
+
+
+# Most batches move only the counter: their statement is built once.
+_PLAIN_BUMP = _bump(
+    {"last_seq": workflows.c.last_seq + bindparam("count"), "updated_at": bindparam("now")}
+)
+
+
+def _lifecycle_bump(
+    count: int, now: datetime, columns: dict[str, Any], status: WorkflowStatus | None
+) -> Update:
+    values: dict[str, Any] = {
+        "last_seq": workflows.c.last_seq + count,
+        "updated_at": now,
+        **columns,
+    }
+    if status is not None:
+        # A finished workflow stays finished whatever a late producer reports.
+        values["status"] = case(
+            (workflows.c.status.in_([s.value for s in TERMINAL_STATUSES]), workflows.c.status),
+            else_=status.value,
+        )
+    return _bump(values)
 
 
 async def _unbumped_answer(conn: AsyncConnection, request: AppendRequest) -> Appended:
