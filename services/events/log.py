@@ -120,7 +120,20 @@ class EventLog:
         from_seq: int = 0,
         types: Collection[str] | None = None,
     ) -> AsyncIterator[StoredEvent]:
-        """Events from `from_seq` on: replay, then live, ending after STREAM_END.
+        """Events from `from_seq` on, one by one: see `stream_batches`."""
+        async for batch in self.stream_batches(workflow_id, tenant_id, from_seq, types):
+            for event in batch:
+                yield event
+
+    async def stream_batches(
+        self,
+        workflow_id: str,
+        tenant_id: str,
+        from_seq: int = 0,
+        types: Collection[str] | None = None,
+    ) -> AsyncIterator[list[StoredEvent]]:
+        """Events from `from_seq` on: replay, then live, ending after STREAM_END; each
+        batch is what the log held past the reader when it asked (never empty).
 
         The cursor walks the hot tier while it holds the cursor's seq and reads SQL for
         anything older, so the switch to live has no gap and no repeat. STREAM_END passes
@@ -156,11 +169,11 @@ class EventLog:
                 full_page = len(batch) == self._replay_page
                 cursor_after = batch[-1].seq + 1 if full_page else last_seq + 1
             cursor = cursor_after
-            for event in batch:
-                if wanted is None or event.type in wanted or event.type == "STREAM_END":
-                    yield event
-                if event.type == "STREAM_END":
-                    return
+            selected, ended = _wanted(batch, wanted)
+            if selected:
+                yield selected
+            if ended:
+                return
 
     async def delete_workflows(
         self, tenant_id: str, workflow_ids: Sequence[str]
@@ -278,6 +291,20 @@ class EventLog:
         if len(durable) == self._replay_page:
             return durable, durable[-1].seq + 1
         return durable, upper + 1  # the whole gap is read: go on from the hot tier
+
+
+def _wanted(
+    batch: list[StoredEvent], wanted: frozenset[str] | None
+) -> tuple[list[StoredEvent], bool]:
+    """The events of `batch` a reader asked for, up to STREAM_END; and whether it came."""
+    ended = False
+    for index, event in enumerate(batch):
+        if event.type == "STREAM_END":
+            batch, ended = batch[: index + 1], True
+            break
+    if wanted is not None:
+        batch = [e for e in batch if e.type in wanted or e.type == "STREAM_END"]
+    return batch, ended
 
 
 def _check_target(workflow_id: str, tenant_id: str) -> None:
