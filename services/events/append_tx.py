@@ -2,15 +2,16 @@
 their rows inserted together.
 
 One transaction may carry batches for many workflows (and several for one workflow): each
-batch bumps its workflow's ``last_seq`` in turn, so seqs stay consecutive per batch and
-gap-free per workflow, and the rows of the whole group then go in with one statement per
-table. Batches are taken in workflow-id order, so two replicas committing groups that
+run of one workflow's batches bumps its ``last_seq`` once by their total and numbers them in
+arrival order (a batch that also changes the row's status or outcome bumps alone), so seqs
+stay consecutive per batch and gap-free per workflow; the rows of the whole group then go in
+with one statement per table. Batches are taken in workflow-id order, so two replicas committing groups that
 share workflows lock their rows in the same order and cannot deadlock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,7 @@ from sqlalchemy import RowMapping, Update, bindparam, case, insert, select, upda
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .errors import EventsError, FailedPrecondition, InvalidArgument, NotFound
-from .lifecycle import derive_update
+from .lifecycle import RowUpdate, derive_update
 from .models import appends, events, tool_results, workflows
 from .records import (
     TERMINAL_STATUSES,
@@ -54,14 +55,25 @@ async def append_group(
     slipped past the counter check fails the ``appends`` insert (IntegrityError), which the
     caller must answer by rolling the whole group back."""
     outcomes: list[Outcome | None] = [None] * len(requests)
+    updates = [derive_update(request.batch) for request in requests]
     rows = _Rows()
     # Stable: a workflow's batches keep their arrival order.
-    for index in sorted(range(len(requests)), key=lambda i: requests[i].workflow_id):
-        request = requests[index]
-        try:
-            outcomes[index] = await _claim(conn, request, now, ephemeral, rows)
-        except EventsError as refused:
-            outcomes[index] = refused
+    order = sorted(range(len(requests)), key=lambda i: requests[i].workflow_id)
+    for run in _runs(order, requests, updates):
+        first = requests[run[0]]
+        count = sum(len(requests[i].batch) for i in run)
+        last_seq = (await conn.execute(*_bump_for(first, updates[run[0]], count, now))).scalar()
+        if last_seq is None:
+            for index in run:
+                try:
+                    outcomes[index] = await _unbumped_answer(conn, requests[index])
+                except EventsError as refused:
+                    outcomes[index] = refused
+            continue
+        next_seq = last_seq - count + 1
+        for index in run:
+            outcomes[index] = _stored(requests[index], next_seq, now, ephemeral, rows)
+            next_seq += len(requests[index].batch)
     if rows.appends:
         await conn.execute(insert(appends), rows.appends)
     if rows.events:
@@ -71,27 +83,56 @@ async def append_group(
     return [outcome for outcome in outcomes if outcome is not None]
 
 
-async def _claim(
-    conn: AsyncConnection,
-    request: AppendRequest,
-    now: datetime,
-    ephemeral: frozenset[str],
-    rows: _Rows,
+def _runs(
+    order: list[int], requests: Sequence[AppendRequest], updates: Sequence[RowUpdate]
+) -> Iterator[list[int]]:
+    """`order` cut into runs sharing one counter bump: consecutive batches of one workflow
+    that move only its counter; a batch that changes more of the row goes alone."""
+    run: list[int] = []
+    for index in order:
+        if run and _joins(requests[run[-1]], updates[run[-1]], requests[index], updates[index]):
+            run.append(index)
+            continue
+        if run:
+            yield run
+        run = [index]
+    if run:
+        yield run
+
+
+def _joins(
+    previous: AppendRequest, previous_update: RowUpdate, request: AppendRequest, update: RowUpdate
+) -> bool:
+    return (
+        _plain(previous_update)
+        and _plain(update)
+        and request.workflow_id == previous.workflow_id
+        and request.tenant_id == previous.tenant_id
+    )
+
+
+def _plain(row_update: RowUpdate) -> bool:
+    return row_update.status is None and not row_update.columns()
+
+
+def _bump_for(
+    request: AppendRequest, row_update: RowUpdate, count: int, now: datetime
+) -> tuple[Update, dict[str, Any]]:
+    """The counter bump for `count` events of `request`'s workflow, and its parameters."""
+    params: dict[str, Any] = {
+        "bump_workflow_id": request.workflow_id,
+        "bump_tenant_id": request.tenant_id,
+    }
+    if _plain(row_update):
+        return _PLAIN_BUMP, {**params, "count": count, "now": now}
+    return _lifecycle_bump(count, now, row_update.columns(), row_update.status), params
+
+
+def _stored(
+    request: AppendRequest, first_seq: int, now: datetime, ephemeral: frozenset[str], rows: _Rows
 ) -> Appended:
-    """Bump the workflow's counter for one batch and queue its rows; the batch's answer."""
+    """The batch numbered from `first_seq`, its rows queued on `rows`."""
     batch = request.batch
-    row_update = derive_update(batch)
-    columns = row_update.columns()
-    if columns or row_update.status is not None:
-        bump = _lifecycle_bump(len(batch), now, columns, row_update.status)
-        params: dict[str, Any] = {}
-    else:
-        bump, params = _PLAIN_BUMP, {"count": len(batch), "now": now}
-    params.update(bump_workflow_id=request.workflow_id, bump_tenant_id=request.tenant_id)
-    last_seq = (await conn.execute(bump, params)).scalar_one_or_none()
-    if last_seq is None:
-        return await _unbumped_answer(conn, request)
-    first_seq = last_seq - len(batch) + 1
     stored = [
         StoredEvent(
             workflow_id=request.workflow_id,

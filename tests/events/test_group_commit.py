@@ -58,6 +58,24 @@ async def test_one_group_numbers_each_workflow_from_one_in_arrival_order(
     assert (await store.get_workflow("wf-a", "t1")).last_seq == 4
 
 
+async def test_lifecycle_batches_between_plain_ones_keep_their_order_and_effects(
+    store: SqlEventStore, engine: AsyncEngine
+) -> None:
+    await store.create_workflow(workflow_id="wf-l", tenant_id="t1")
+    started = AppendRequest("wf-l", "t1", [new("WORKFLOW_STARTED")])
+    finished = AppendRequest(
+        "wf-l", "t1", [new("WORKFLOW_COMPLETED", {"result": "done"}), new("STREAM_END")]
+    )
+    outcomes = await store.append_many(
+        [request("wf-l", 1), started, request("wf-l", 2), finished, request("wf-l", 1)]
+    )
+    assert [ok(outcome) for outcome in outcomes[:4]] == [[1], [2], [3, 4], [5, 6]]
+    assert isinstance(outcomes[4], FailedPrecondition)  # after STREAM_END
+    record = await store.get_workflow("wf-l", "t1")
+    assert (record.status, record.result, record.last_seq) == ("COMPLETED", "done", 6)
+    assert await stored_seqs(engine, "wf-l") == [1, 2, 3, 4, 5, 6]
+
+
 async def test_a_refused_batch_leaves_the_rest_of_its_group_committed(
     store: SqlEventStore, engine: AsyncEngine
 ) -> None:
