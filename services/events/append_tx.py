@@ -5,8 +5,8 @@ One transaction may carry batches for many workflows (and several for one workfl
 run of one workflow's batches bumps its ``last_seq`` once by their total and numbers them in
 arrival order (a batch that also changes the row's status or outcome bumps alone), so seqs
 stay consecutive per batch and gap-free per workflow; the rows of the whole group then go in
-with one statement per table. Batches are taken in workflow-id order, so two replicas committing groups that
-share workflows lock their rows in the same order and cannot deadlock.
+with one statement per table. Batches are taken in workflow-id order, so two replicas
+committing groups that share workflows lock their rows in the same order and cannot deadlock.
 """
 
 from __future__ import annotations
