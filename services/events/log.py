@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 # Ids one DeleteWorkflows call may name.
 MAX_DELETE_IDS = 1000
+# Group commits in flight at once on databases with concurrent writers (PostgreSQL).
+WRITER_LANES = 4
 # Events fetched per SQL or hot-tier read while replaying a stream.
 REPLAY_PAGE = 500
 
@@ -58,7 +60,10 @@ class EventLog:
         self._hot = hot
         self._replay_page = replay_page
         self._poll = poll_seconds
-        self._committer = GroupCommitter(store.append_many, self._publish)
+        # A database taking concurrent writers commits several groups at once, each
+        # workflow always in the same lane, so its batches still commit and publish in order.
+        lanes = 1 if store.single_writer else WRITER_LANES
+        self._lanes = [GroupCommitter(store.append_many, self._publish) for _ in range(lanes)]
 
     async def create_workflow(
         self,
@@ -107,7 +112,8 @@ class EventLog:
         batch, added = close_after_terminal(shape_batch(events))
         # Concurrent appends (any workflows) share one transaction; each is published
         # before its call returns, and even if its caller gives up meanwhile.
-        appended = await self._committer.submit(
+        lane = self._lanes[hash(workflow_id) % len(self._lanes)]
+        appended = await lane.submit(
             AppendRequest(workflow_id, tenant_id, batch, producer_id, batch_seq)
         )
         seqs = appended.seqs
