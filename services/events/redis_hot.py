@@ -176,6 +176,8 @@ class RedisHotTier:
         key = self.key(workflow_id)
         last = after_seq
         while True:
+            # This replica's own appends are in the local tier already: skip past them.
+            last = max(last, self._local.last_seq(workflow_id))
             try:
                 reply: Any = await self._blocking.xread(
                     {key: f"{last}-0"}, count=PUMP_BATCH, block=BLOCK_MS
@@ -185,10 +187,17 @@ class RedisHotTier:
                 await asyncio.sleep(self._retry)
                 continue
             for _key, entries in reply or []:
-                events = [decode(workflow_id, fields) for _id, fields in entries]
+                if not entries:
+                    continue
+                held = self._local.last_seq(workflow_id)
+                events = [
+                    decode(workflow_id, fields)
+                    for entry_id, fields in entries
+                    if _seq_of(entry_id) > held
+                ]
                 if events:
                     await self._local.publish(workflow_id, events)
-                    last = events[-1].seq
+                last = max(last, _seq_of(entries[-1][0]))
 
     def _mark_down(self, operation: str, exc: BaseException) -> None:
         if self.available:
@@ -205,6 +214,11 @@ def _contiguous(events: list[StoredEvent]) -> list[StoredEvent]:
         if events[index].seq != events[index - 1].seq + 1:
             return events[:index]
     return events
+
+
+def _seq_of(entry_id: str) -> int:
+    """The seq of a stream entry id ``<seq>-0``."""
+    return int(entry_id.partition("-")[0])
 
 
 def encode(event: StoredEvent) -> str:
