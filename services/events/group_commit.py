@@ -21,8 +21,9 @@ log = logging.getLogger(__name__)
 Commit = Callable[[Sequence[AppendRequest]], Awaitable[list[Outcome]]]
 Publish = Callable[[Sequence[tuple[AppendRequest, Appended]]], Awaitable[None]]
 
-# Batches per transaction: bounds one transaction's size, not the wait (nothing waits to fill).
+# Bounds on one transaction's size, not on the wait (nothing waits for a group to fill).
 MAX_GROUP = 256
+MAX_GROUP_EVENTS = 5_000
 
 
 class GroupCommitter:
@@ -52,11 +53,21 @@ class GroupCommitter:
     async def _write(self) -> None:
         try:
             while self._pending:
-                group = self._pending[: self._max_group]
-                del self._pending[: self._max_group]
-                await self._commit_group(group)
+                await self._commit_group(self._next_group())
         finally:
             self._writer = None
+
+    def _next_group(self) -> list[tuple[AppendRequest, asyncio.Future[Appended]]]:
+        """The oldest queued batches, up to `max_group` of them or MAX_GROUP_EVENTS events."""
+        taken = events = 0
+        for request, _ in self._pending[: self._max_group]:
+            if taken and events + len(request.batch) > MAX_GROUP_EVENTS:
+                break
+            taken += 1
+            events += len(request.batch)
+        group = self._pending[:taken]
+        del self._pending[:taken]
+        return group
 
     async def _commit_group(
         self, group: list[tuple[AppendRequest, asyncio.Future[Appended]]]

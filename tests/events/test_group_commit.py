@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.events.append_tx import Outcome
 from services.events.errors import FailedPrecondition, NotFound
+from services.events.group_commit import MAX_GROUP_EVENTS
 from services.events.hot import MemoryHotTier
 from services.events.log import WRITER_LANES, EventLog
 from services.events.models import appends, events
@@ -194,3 +195,16 @@ async def test_two_replicas_committing_groups_over_shared_workflows_stay_gap_fre
         await other_engine.dispose()
     for workflow_id in ids:
         assert await stored_seqs(engine, workflow_id) == list(range(1, 33))
+
+
+async def test_a_group_stops_at_its_event_bound_and_the_rest_commits_next(
+    engine: AsyncEngine, store: SqlEventStore, hot: MemoryHotTier
+) -> None:
+    log = EventLog(store, hot)
+    await store.create_workflow(workflow_id="wf-big", tenant_id="t1")
+    commits = count_commits(engine)
+    per_batch = MAX_GROUP_EVENTS // 5
+    appends = [log.append("wf-big", "t1", progress(per_batch)) for _ in range(6)]
+    results = await asyncio.gather(*appends)
+    assert len(commits) == 2  # five batches reach the bound; the sixth follows alone
+    assert sorted(seq for result in results for seq in result) == list(range(1, 6 * per_batch + 1))
