@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 # Ids one DeleteWorkflows call may name.
 MAX_DELETE_IDS = 1000
 # Group commits in flight at once on databases with concurrent writers (PostgreSQL).
-WRITER_LANES = 4
+WRITER_LANES = 16
 # Events fetched per SQL or hot-tier read while replaying a stream.
 REPLAY_PAGE = 500
 
@@ -260,13 +260,16 @@ class EventLog:
                 EVENTS_APPENDED.labels(event.type).inc()
             if appended.events:
                 by_workflow.setdefault(request.workflow_id, []).extend(appended.events)
-        for workflow_id, events in by_workflow.items():
-            try:
-                await self._hot.publish(workflow_id, events)
-            except Exception:
-                # The batch is committed; failing the call now would make the producer
-                # retry into duplicates. Readers find the durable events in SQL.
-                log.exception("hot tier publish failed", extra={"workflow_id": workflow_id})
+        # Workflows are independent: their publishes (Redis round trips) overlap.
+        await asyncio.gather(*(self._publish_one(w, events) for w, events in by_workflow.items()))
+
+    async def _publish_one(self, workflow_id: str, events: list[StoredEvent]) -> None:
+        try:
+            await self._hot.publish(workflow_id, events)
+        except Exception:
+            # The batch is committed; failing the call now would make the producer
+            # retry into duplicates. Readers find the durable events in SQL.
+            log.exception("hot tier publish failed", extra={"workflow_id": workflow_id})
 
     async def _next_batch(
         self, workflow_id: str, tenant_id: str, cursor: int
