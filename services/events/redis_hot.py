@@ -40,7 +40,7 @@ PUMP_BATCH = 1_000
 
 @dataclass
 class _Pump:
-    task: asyncio.Task[None]
+    task: asyncio.Task[None] | None = None
     users: int = 0
 
 
@@ -148,16 +148,16 @@ class RedisHotTier:
     async def wait(self, workflow_id: str, after_seq: int) -> None:
         pump = self._pumps.get(workflow_id)
         if pump is None:
-            pump = _Pump(asyncio.create_task(self._pump(workflow_id, after_seq)))
+            pump = _Pump()
+            pump.task = asyncio.create_task(self._pump(workflow_id, after_seq, pump))
             self._pumps[workflow_id] = pump
         pump.users += 1
         try:
             await self._local.wait(workflow_id, after_seq)
         finally:
+            # The pump outlives its last waiter until its read returns: live readers stop
+            # waiting after every event, and cancelling a blocked XREAD costs its connection.
             pump.users -= 1
-            if pump.users == 0 and self._pumps.get(workflow_id) is pump:
-                del self._pumps[workflow_id]
-                pump.task.cancel()
 
     async def forget(self, workflow_id: str) -> None:
         await self._local.forget(workflow_id)
@@ -168,20 +168,28 @@ class RedisHotTier:
             self._mark_down("forget", exc)
 
     async def close(self) -> None:
-        for pump in self._pumps.values():
-            pump.task.cancel()
-        for pump in self._pumps.values():
+        tasks = [pump.task for pump in self._pumps.values() if pump.task is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await pump.task
+                await task
         self._pumps.clear()
         await self._redis.aclose()
         await self._blocking.aclose()
 
-    async def _pump(self, workflow_id: str, after_seq: int) -> None:
-        """Copy this workflow's new events from Redis into the local tier, waking waiters."""
+    async def _pump(self, workflow_id: str, after_seq: int, pump: _Pump) -> None:
+        """Copy this workflow's new events from Redis into the local tier, waking waiters,
+        until a read returns with nobody waiting."""
         key = self.key(workflow_id)
         last = after_seq
         while True:
+            if pump.users == 0 and self._pumps.get(workflow_id) is pump:
+                # Nobody left: the next waiter starts a new pump.
+                del self._pumps[workflow_id]
+                return
+            # This replica's own appends are in the local tier already: skip past them.
+            last = max(last, self._local.last_seq(workflow_id))
             try:
                 reply: Any = await self._blocking.xread(
                     {key: f"{last}-0"}, count=PUMP_BATCH, block=BLOCK_MS
@@ -191,10 +199,17 @@ class RedisHotTier:
                 await asyncio.sleep(self._retry)
                 continue
             for _key, entries in reply or []:
-                events = [decode(workflow_id, fields) for _id, fields in entries]
+                if not entries:
+                    continue
+                held = self._local.last_seq(workflow_id)
+                events = [
+                    decode(workflow_id, fields)
+                    for entry_id, fields in entries
+                    if _seq_of(entry_id) > held
+                ]
                 if events:
                     await self._local.publish(workflow_id, events)
-                    last = events[-1].seq
+                last = max(last, _seq_of(entries[-1][0]))
 
     def _mark_down(self, operation: str, exc: BaseException) -> None:
         if self.available:
@@ -211,6 +226,11 @@ def _contiguous(events: list[StoredEvent]) -> list[StoredEvent]:
         if events[index].seq != events[index - 1].seq + 1:
             return events[:index]
     return events
+
+
+def _seq_of(entry_id: str) -> int:
+    """The seq of a stream entry id ``<seq>-0``."""
+    return int(entry_id.partition("-")[0])
 
 
 def encode(event: StoredEvent) -> str:
