@@ -104,13 +104,14 @@ async def list_models(caller: CallerDep, request: Request) -> dict[str, Any]:
 async def _events(
     backends: Backends, tenant: str, workflow_id: str
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    call = backends.events.Stream(
+    call = backends.events.StreamBatches(
         events_pb2.StreamRequest(workflow_id=workflow_id, tenant_id=tenant, from_seq=1),
         metadata=tenant_metadata(tenant),
     )
     try:
-        async for event in call:
-            yield type_name(event.type), json.loads(event.payload_json or "{}")
+        async for batch in call:
+            for event in batch.events:
+                yield type_name(event.type), json.loads(event.payload_json or "{}")
     finally:
         call.cancel()
 

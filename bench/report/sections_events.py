@@ -34,6 +34,7 @@ readers.
 """
     if figures is None:
         return head + "\n" + missing("events_append")
+    batched = ctx.results.figures("events_append-batched")
     labels = {
         "sqlite": "SQLite (embedded, in-process hot tier)",
         "postgresql": "PostgreSQL",
@@ -48,15 +49,35 @@ readers.
         ]
         for r in figures["rows"]
     ]
+    batched_rows = [
+        [
+            labels.get(r["backend"], r["backend"]),
+            number(r["appended_per_s"]),
+            number(r["delivered_per_s"]),
+        ]
+        for r in (batched["rows"] if batched else [])
+    ]
+    batched_table = (
+        table(["backend", "appended events/s", "delivered events/s"], batched_rows)
+        if batched
+        else missing("events_append-batched")
+    )
     return f"""{head}
+Subscribers on `Stream` (one event per gRPC message):
+
 {table(["backend", "appended events/s", "delivered events/s", "peer inserts/s"], rows)}
 
-With subscribers the service's one event loop spends most of its time on gRPC's per-message
-cost of server streaming: a bare `grpc.aio` server streaming pre-built `Event` messages to 8
-readers in one process moved ~17,600 messages/s on this machine when measured while building
-this, which bounds delivery in one Python process. The ways up are more service processes
-behind the Redis hot tier (cross-process fan-out already works) or a batched stream message in
-the contract.
+Subscribers on `StreamBatches` (`--batched`: several events per message, as the executor's
+`Run` and the gateway's SSE routes read the log):
+
+{batched_table}
+
+Concurrent appends share one transaction (group commit: one writer per lane takes every
+queued batch, SQLite one lane, PostgreSQL sixteen), so the commit rate no longer bounds
+single-event producers. With `Stream` subscribers the service's one event loop spends most of
+its time on gRPC's per-message cost of server streaming (a bare `grpc.aio` server moved
+~17,600 messages/s to 8 readers on this machine when measured while building this);
+`StreamBatches` sends a burst of events as one message.
 """
 
 
@@ -89,6 +110,7 @@ gRPC. *grpc*: the events service as its own process, over gRPC. p50 / p99.
     for name, title in (
         ("events_latency-sqlite", "SQLite (embedded)"),
         ("events_latency-pg", "PostgreSQL + Redis (the grpc column; peer and log as above)"),
+        ("events_latency-batched", "SQLite, subscribers on `StreamBatches` (`--batched`)"),
     ):
         figures = ctx.results.figures(name)
         if figures is None:
@@ -130,11 +152,11 @@ rate is what one producer reaches (SQLite):
         )
     parts.append(
         """
-One append per event on one workflow is bounded by commits (every append serialises on the
-workflow's row), so once the emit rate passes what commits sustain, the queue of appends grows
-and latency is queueing time. The executor batches answer deltas (one append per ~50 ms),
-which keeps real runs far from these limits; group commit of concurrent appends is the next
-step for single-event producers.
+One append per event on one workflow is bounded by commits, so once the emit rate passes
+what commits sustain, the queue of appends grows and latency is queueing time. The executor
+batches answer deltas (one append per ~50 ms), which keeps real runs far from these limits;
+concurrent appends share one commit (group commit), and `StreamBatches` readers take a burst
+of events as one message.
 """
     )
     return "\n".join(parts)
