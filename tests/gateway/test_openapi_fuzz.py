@@ -157,6 +157,10 @@ def fuzz_operation(
             if name == "POST /api/v1/tasks":
                 if status == 201:
                     _assert_own_session(stack, response.json()["session_id"], real_ids)
+            elif "{session_id}" in name and status < 300:
+                # Sessions are per tenant: an earlier case may have opened this tenant's own
+                # session under the same id. Whatever it holds, none of it is acme's.
+                assert real_ids.workflow_id not in response.text, where
             else:
                 assert status in (400, 404), where
 
