@@ -64,7 +64,7 @@ def _subscriber_latency(results: Results) -> Judgement:
 
 
 def _react(results: Results) -> Judgement:
-    aim = "ReAct ≤ 3 ms per iteration, flat in K"
+    aim = "ReAct ≤ 3 ms per iteration over the model call, flat in K"
     figures = results.figures("react_overhead")
     if figures is None:
         return Judgement(aim, "—", None)
@@ -73,7 +73,19 @@ def _react(results: Results) -> Judgement:
     measured = ", ".join(
         f"K={k}: {number(m, 2)}" for k, m in zip(figures["ks"], medians, strict=True)
     )
-    return Judgement(aim, measured + " ms", max(medians) <= 3.0)
+    fit = figures.get("fit", {})
+    if "shuttle" not in fit or "bare" not in fit:
+        return Judgement(aim, measured + " ms per iteration", max(medians) <= 3.0)
+    # With a zero-latency model the bare loop's iteration is the model call itself (client,
+    # HTTP, the scripted server); what Shuttle adds is the difference of the fitted marginal
+    # costs. The fixed per-run part (workflow, lease, synthesis) is reported beside it.
+    added = fit["shuttle"]["per_iteration_ms"] - fit["bare"]["per_iteration_ms"]
+    measured += (
+        f" ms per iteration; fitted marginal {number(fit['shuttle']['per_iteration_ms'], 2)} ms"
+        f" vs bare loop {number(fit['bare']['per_iteration_ms'], 2)} ms (added "
+        f"{number(added, 2)} ms), fixed per run {number(fit['shuttle']['fixed_ms'], 1)} ms"
+    )
+    return Judgement(aim, measured, added <= 3.0)
 
 
 def _concurrency(results: Results) -> Judgement:
