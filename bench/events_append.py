@@ -6,6 +6,7 @@ inserts of the same rows in the same batches with no seq counter, no gRPC and no
 the floor any SQL-backed log pays.
 
     .venv/bin/python -m bench.events_append [--workflows 8] [--batches 50] [--batch 100]
+        [--batched]   (subscribers use StreamBatches instead of Stream)
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from .results import add_common_arguments, save, sized
 
 TENANT = tenant_metadata("bench")
 PAYLOAD = json.dumps({"step": 1, "note": "x" * 80})
+# --batched: subscribers use StreamBatches (several events per message) instead of Stream.
+BATCHED = False
 
 
 def drafts(count: int) -> list[common_pb2.EventDraft]:
@@ -51,12 +54,14 @@ async def shuttle_run(
     ready = asyncio.Barrier(workflows + 1)
 
     async def subscriber(workflow_id: str) -> int:
-        call = stub.Stream(
-            events_pb2.StreamRequest(workflow_id=workflow_id, from_seq=1), metadata=TENANT
-        )
+        request = events_pb2.StreamRequest(workflow_id=workflow_id, from_seq=1)
         await ready.wait()
         seen = 0
-        async for _event in call:
+        if BATCHED:
+            async for batch in stub.StreamBatches(request, metadata=TENANT):
+                seen += len(batch.events)
+            return seen
+        async for _event in stub.Stream(request, metadata=TENANT):
             seen += 1
         return seen
 
@@ -149,9 +154,12 @@ async def main() -> None:
     parser.add_argument("--workflows", type=int, default=8)
     parser.add_argument("--batches", type=int, help="batches per workflow (50; quick 10)")
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--batched", action="store_true", help="subscribe with StreamBatches")
     add_common_arguments(parser)
     args = parser.parse_args()
     args.batches = sized(args.batches, args.quick, full=50, small=10)
+    global BATCHED
+    BATCHED = args.batched
     print(
         f"{args.workflows} workflows x {args.batches} batches x {args.batch} events, "
         "one producer and one live subscriber per workflow, events/s:"

@@ -9,9 +9,10 @@ after the other on the same machine:
 - log: the events service's EventLog in-process (SQLite, in-process hot tier), each event
   committed to SQL before it is fanned out; no gRPC;
 - grpc: `python -m services.events` as its own process, appends and subscribers over gRPC
-  (the deployed path), on SQLite, or on PostgreSQL + Redis with --backend pg.
+  (the deployed path), on SQLite, or on PostgreSQL + Redis with --backend pg; with
+  --batched its subscribers use StreamBatches.
 
-    .venv/bin/python -m bench.events_latency [--backend sqlite|pg]
+    .venv/bin/python -m bench.events_latency [--backend sqlite|pg] [--batched]
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ QUICK_CONFIGS = [(1, 1000, 300), (100, 1000, 200), (100, 100, 100), (1000, 100, 
 # --sequential: wait for each append before the next, as one executor run does; the rate is
 # then what one producer reaches.
 SEQUENTIAL = False
+# --batched: gRPC subscribers use StreamBatches (several events per message) instead of Stream.
+BATCHED = False
 Runner = Callable[[int, float, int], Awaitable[tuple[list[float], float, int]]]
 """Latencies in ms, the emit rate actually reached (events/s), and how many appends failed."""
 
@@ -121,12 +124,16 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
         latencies: list[float] = []
         progress = type_value("PROGRESS")
         request = events_pb2.StreamRequest(workflow_id=workflow_id, from_seq=1)
-        calls = [stub.Stream(request, metadata=TENANT) for _ in range(subscribers)]
+        calls: list[grpc.aio.UnaryStreamCall[Any, Any]] = [
+            (stub.StreamBatches if BATCHED else stub.Stream)(request, metadata=TENANT)
+            for _ in range(subscribers)
+        ]
 
-        async def consume(call: grpc.aio.UnaryStreamCall[Any, common_pb2.Event]) -> None:
-            async for event in call:
-                if event.type == progress:
-                    latencies.append(since(event.payload_json))
+        async def consume(call: grpc.aio.UnaryStreamCall[Any, Any]) -> None:
+            async for message in call:
+                for event in message.events if BATCHED else [message]:
+                    if event.type == progress:
+                        latencies.append(since(event.payload_json))
 
         consumers = [asyncio.create_task(consume(call)) for call in calls]
         await asyncio.sleep(0.5 + subscribers / 500)  # let every stream open
@@ -188,6 +195,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--backend", choices=["sqlite", "pg"], default="sqlite")
     parser.add_argument("--sequential", action="store_true", help="await each append")
+    parser.add_argument("--batched", action="store_true", help="gRPC subscribers use StreamBatches")
     parser.add_argument(
         "--grpc-only",
         action="store_true",
@@ -196,8 +204,9 @@ async def main() -> None:
     add_common_arguments(parser)
     args = parser.parse_args()
     rows: list[dict[str, object]] = []
-    global SEQUENTIAL
+    global SEQUENTIAL, BATCHED
     SEQUENTIAL = args.sequential
+    BATCHED = args.batched
     with tempfile.TemporaryDirectory() as scratch:
         data_dir = Path(scratch)
         async with backends(data_dir, with_redis=True) as found:

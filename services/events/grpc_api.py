@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -25,6 +25,12 @@ from .records import NewEvent, StoredEvent, WorkflowRecord, WorkflowStatus
 log = logging.getLogger(__name__)
 
 SERVICE_NAME: str = events_pb2.DESCRIPTOR.services_by_name["EventService"].full_name
+
+# An EventBatch message carries at most about this much (a lone larger event goes alone).
+MAX_BATCH_MESSAGE_BYTES = 512 * 1024
+# Counted in characters, which UTF-8 may quadruple: hence the wide margin below 4 MiB.
+# Room for the fields besides payload and message.
+_EVENT_OVERHEAD = 256
 
 _T = TypeVar("_T")
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -105,6 +111,25 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
             async for event in events:
                 yield event_message(event)
         except (EventsError, SQLAlchemyError, OSError) as exc:
+            await _abort(context, exc)
+
+    async def StreamBatches(
+        self,
+        request: events_pb2.StreamRequest,
+        context: grpc.aio.ServicerContext[events_pb2.StreamRequest, events_pb2.EventBatch],
+    ) -> AsyncIterator[events_pb2.EventBatch]:
+        tenant = await _tenant(context, request.tenant_id)
+        batches = self._log.stream_batches(
+            request.workflow_id,
+            tenant,
+            from_seq=request.from_seq,
+            types=_type_names(request.types),
+        )
+        try:
+            async for batch in batches:
+                for part in _parts(batch):
+                    yield events_pb2.EventBatch(events=[event_message(e) for e in part])
+        except (EventsError, SQLAlchemyError) as exc:
             await _abort(context, exc)
 
     async def List(
@@ -199,6 +224,21 @@ def event_message(event: StoredEvent) -> common_pb2.Event:
         payload_json=event.payload_json,
         trace_id=event.trace_id,
     )
+
+
+def _parts(batch: list[StoredEvent]) -> Iterator[list[StoredEvent]]:
+    """`batch` cut into runs that fit a message well under gRPC's default 4 MiB limit."""
+    part: list[StoredEvent] = []
+    size = 0
+    for event in batch:
+        event_size = len(event.payload_json) + len(event.message) + _EVENT_OVERHEAD
+        if part and size + event_size > MAX_BATCH_MESSAGE_BYTES:
+            yield part
+            part, size = [], 0
+        part.append(event)
+        size += event_size
+    if part:
+        yield part
 
 
 def workflow_message(record: WorkflowRecord) -> events_pb2.Workflow:

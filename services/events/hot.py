@@ -173,6 +173,11 @@ class MemoryHotTier:
             del self._buffers[workflow_id]
         return len(idle)
 
+    def last_seq(self, workflow_id: str) -> int:
+        """The newest seq held for a workflow (0: none)."""
+        buffer = self._buffers.get(workflow_id)
+        return buffer.last_seq if buffer else 0
+
     def held(self, workflow_id: str) -> int:
         """How many events the tier holds for a workflow (for tests and metrics)."""
         buffer = self._buffers.get(workflow_id)

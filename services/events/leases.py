@@ -16,11 +16,12 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from .append_tx import workflow_row
 from .errors import FailedPrecondition, InvalidArgument
 from .models import workflows
 from .records import TERMINAL_STATUSES, WorkflowRecord
 from .rows import workflow_record
-from .store import Clock, utc_now, workflow_row
+from .store import Clock, utc_now
 from .validation import check_id
 
 MAX_TTL_MS = 3_600_000

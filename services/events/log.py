@@ -6,16 +6,15 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Collection, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 
 from shuttle.metrics import EVENTS_APPENDED, SUBSCRIBER_CATCHUPS, SUBSCRIBER_LAG
 
 from .errors import InvalidArgument
+from .group_commit import GroupCommitter
 from .hot import HotTier
 from .lifecycle import close_after_terminal
 from .payloads import shape_batch, with_full_result
-from .records import EventPage, NewEvent, StoredEvent, WorkflowRecord
+from .records import Appended, AppendRequest, EventPage, NewEvent, StoredEvent, WorkflowRecord
 from .store import SqlEventStore
 from .validation import (
     check_batch,
@@ -30,14 +29,10 @@ log = logging.getLogger(__name__)
 
 # Ids one DeleteWorkflows call may name.
 MAX_DELETE_IDS = 1000
+# Group commits in flight at once on databases with concurrent writers (PostgreSQL).
+WRITER_LANES = 16
 # Events fetched per SQL or hot-tier read while replaying a stream.
 REPLAY_PAGE = 500
-
-
-@dataclass
-class _LockEntry:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    users: int = 0
 
 
 class EventLog:
@@ -65,7 +60,10 @@ class EventLog:
         self._hot = hot
         self._replay_page = replay_page
         self._poll = poll_seconds
-        self._locks: dict[str, _LockEntry] = {}
+        # A database taking concurrent writers commits several groups at once, each
+        # workflow always in the same lane, so its batches still commit and publish in order.
+        lanes = 1 if store.single_writer else WRITER_LANES
+        self._lanes = [GroupCommitter(store.append_many, self._publish) for _ in range(lanes)]
 
     async def create_workflow(
         self,
@@ -112,11 +110,13 @@ class EventLog:
         check_producer(producer_id, batch_seq)
         check_batch(events)
         batch, added = close_after_terminal(shape_batch(events))
-        # Shielded: a caller that gives up mid-append must not leave a committed batch
-        # unpublished, or live subscribers would have to fall back to SQL to see it.
-        seqs = await asyncio.shield(
-            self._commit_and_publish(workflow_id, tenant_id, batch, producer_id, batch_seq)
+        # Concurrent appends (any workflows) share one transaction; each is published
+        # before its call returns, and even if its caller gives up meanwhile.
+        lane = self._lanes[hash(workflow_id) % len(self._lanes)]
+        appended = await lane.submit(
+            AppendRequest(workflow_id, tenant_id, batch, producer_id, batch_seq)
         )
+        seqs = appended.seqs
         return seqs if added is None else seqs[:added] + seqs[added + 1 :]
 
     async def stream(
@@ -126,7 +126,20 @@ class EventLog:
         from_seq: int = 0,
         types: Collection[str] | None = None,
     ) -> AsyncIterator[StoredEvent]:
-        """Events from `from_seq` on: replay, then live, ending after STREAM_END.
+        """Events from `from_seq` on, one by one: see `stream_batches`."""
+        async for batch in self.stream_batches(workflow_id, tenant_id, from_seq, types):
+            for event in batch:
+                yield event
+
+    async def stream_batches(
+        self,
+        workflow_id: str,
+        tenant_id: str,
+        from_seq: int = 0,
+        types: Collection[str] | None = None,
+    ) -> AsyncIterator[list[StoredEvent]]:
+        """Events from `from_seq` on: replay, then live, ending after STREAM_END; each
+        batch is what the log held past the reader when it asked (never empty).
 
         The cursor walks the hot tier while it holds the cursor's seq and reads SQL for
         anything older, so the switch to live has no gap and no repeat. STREAM_END passes
@@ -162,11 +175,11 @@ class EventLog:
                 full_page = len(batch) == self._replay_page
                 cursor_after = batch[-1].seq + 1 if full_page else last_seq + 1
             cursor = cursor_after
-            for event in batch:
-                if wanted is None or event.type in wanted or event.type == "STREAM_END":
-                    yield event
-                if event.type == "STREAM_END":
-                    return
+            selected, ended = _wanted(batch, wanted)
+            if selected:
+                yield selected
+            if ended:
+                return
 
     async def delete_workflows(
         self, tenant_id: str, workflow_ids: Sequence[str]
@@ -239,30 +252,24 @@ class EventLog:
             return False
         return True
 
-    async def _commit_and_publish(
-        self,
-        workflow_id: str,
-        tenant_id: str,
-        events: Sequence[NewEvent],
-        producer_id: str,
-        batch_seq: int,
-    ) -> list[int]:
-        # Held across commit and publish so the hot tier receives each workflow's seqs
-        # in order; the SQL counter alone already makes them unique and gap-free.
-        async with self._workflow_lock(workflow_id):
-            appended = await self._store.append(
-                workflow_id, tenant_id, events, producer_id=producer_id, batch_seq=batch_seq
-            )
+    async def _publish(self, committed: Sequence[tuple[AppendRequest, Appended]]) -> None:
+        """Hand a committed group to the hot tier, each workflow's events in seq order."""
+        by_workflow: dict[str, list[StoredEvent]] = {}
+        for request, appended in committed:
             for event in appended.events:
                 EVENTS_APPENDED.labels(event.type).inc()
             if appended.events:
-                try:
-                    await self._hot.publish(workflow_id, appended.events)
-                except Exception:
-                    # The batch is committed; failing the call now would make the producer
-                    # retry into duplicates. Readers find the durable events in SQL.
-                    log.exception("hot tier publish failed", extra={"workflow_id": workflow_id})
-        return appended.seqs
+                by_workflow.setdefault(request.workflow_id, []).extend(appended.events)
+        # Workflows are independent: their publishes (Redis round trips) overlap.
+        await asyncio.gather(*(self._publish_one(w, events) for w, events in by_workflow.items()))
+
+    async def _publish_one(self, workflow_id: str, events: list[StoredEvent]) -> None:
+        try:
+            await self._hot.publish(workflow_id, events)
+        except Exception:
+            # The batch is committed; failing the call now would make the producer
+            # retry into duplicates. Readers find the durable events in SQL.
+            log.exception("hot tier publish failed", extra={"workflow_id": workflow_id})
 
     async def _next_batch(
         self, workflow_id: str, tenant_id: str, cursor: int
@@ -294,18 +301,19 @@ class EventLog:
             return durable, durable[-1].seq + 1
         return durable, upper + 1  # the whole gap is read: go on from the hot tier
 
-    @asynccontextmanager
-    async def _workflow_lock(self, workflow_id: str) -> AsyncIterator[None]:
-        # Entries are dropped when unused, so the map only holds workflows being appended to.
-        entry = self._locks.setdefault(workflow_id, _LockEntry())
-        entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            if entry.users == 0:
-                del self._locks[workflow_id]
+
+def _wanted(
+    batch: list[StoredEvent], wanted: frozenset[str] | None
+) -> tuple[list[StoredEvent], bool]:
+    """The events of `batch` a reader asked for, up to STREAM_END; and whether it came."""
+    ended = False
+    for index, event in enumerate(batch):
+        if event.type == "STREAM_END":
+            batch, ended = batch[: index + 1], True
+            break
+    if wanted is not None:
+        batch = [e for e in batch if e.type in wanted or e.type == "STREAM_END"]
+    return batch, ended
 
 
 def _check_target(workflow_id: str, tenant_id: str) -> None:

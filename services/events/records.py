@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -112,3 +113,14 @@ class Appended:
     events: list[StoredEvent]
     seqs: list[int]
     repeated: bool = False
+
+
+@dataclass(frozen=True)
+class AppendRequest:
+    """One producer's batch for one workflow, as the log hands it to the store."""
+
+    workflow_id: str
+    tenant_id: str
+    batch: Sequence[NewEvent]
+    producer_id: str = ""
+    batch_seq: int = 0

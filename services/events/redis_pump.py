@@ -120,7 +120,11 @@ class StreamPump:
                 return
             by_key = {self._key(w): w for w in self._follows}
             streams: dict[KeyT, StreamIdT] = {self._doorbell: self._doorbell_last}
-            streams |= {key: f"{self._follows[w].last}-0" for key, w in by_key.items()}
+            for key, workflow_id in by_key.items():
+                # This replica's own appends are in the local tier already: skip past them.
+                follow = self._follows[workflow_id]
+                follow.last = max(follow.last, self._local.last_seq(workflow_id))
+                streams[key] = f"{follow.last}-0"
             self._reading, self._rung = frozenset(self._follows), False
             try:
                 reply: Any = await self._reader.xread(streams, count=PUMP_BATCH, block=BLOCK_MS)
@@ -142,6 +146,17 @@ class StreamPump:
         follow = self._follows.get(workflow_id)
         if follow is None:
             return
-        events = [self._decode(workflow_id, fields) for _id, fields in entries]
-        await self._local.publish(workflow_id, events)
-        follow.last = max(follow.last, events[-1].seq)
+        held = self._local.last_seq(workflow_id)
+        events = [
+            self._decode(workflow_id, fields)
+            for entry_id, fields in entries
+            if _seq_of(entry_id) > held
+        ]
+        if events:
+            await self._local.publish(workflow_id, events)
+        follow.last = max(follow.last, _seq_of(entries[-1][0]))
+
+
+def _seq_of(entry_id: str) -> int:
+    """The seq of a stream entry id ``<seq>-0``."""
+    return int(entry_id.partition("-")[0])

@@ -8,24 +8,24 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, case, delete, insert, select, update
+from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from shuttle.envelope import EPHEMERAL_TYPES
 
-from .errors import AlreadyExists, EventsError, FailedPrecondition, InvalidArgument, NotFound
-from .lifecycle import derive_update
+from .append_tx import Outcome, append_group, earlier_append, repeat_of, workflow_row
+from .errors import AlreadyExists, EventsError
 from .models import appends, events, tool_results, workflows
 from .records import (
-    TERMINAL_STATUSES,
     Appended,
+    AppendRequest,
     NewEvent,
     StoredEvent,
     WorkflowRecord,
     WorkflowStatus,
 )
-from .rows import event_row, stored_event, workflow_record
+from .rows import stored_event, workflow_record
 
 Clock = Callable[[], datetime]
 
@@ -58,9 +58,9 @@ class SqlEventStore:
         # SQLite has one writer at a time. Queueing this process's appends here costs
         # nothing, while letting them collide makes SQLite's busy handler sleep in steps of
         # up to 100 ms (measured: a third of the throughput with 8 concurrent workflows).
-        self._write_lock = (
-            asyncio.Lock() if engine.dialect.name == "sqlite" else contextlib.nullcontext()
-        )
+        self.single_writer = engine.dialect.name == "sqlite"
+        """Whether the database takes one write transaction at a time."""
+        self._write_lock = asyncio.Lock() if self.single_writer else contextlib.nullcontext()
 
     @property
     def write_lock(self) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -154,110 +154,51 @@ class SqlEventStore:
         follow its lifecycle events. A repeated (producer_id, batch_seq) returns the first
         call's seqs with no events (nothing new to publish).
         """
-        try:
-            async with self._write_lock, self._engine.begin() as conn:
-                return await self._append_in(
-                    conn, workflow_id, tenant_id, batch, producer_id, batch_seq
-                )
-        except _Repeat as repeat:
-            return repeat.appended
-        except IntegrityError:
-            if not producer_id:
-                raise
-            # The batch was appended before (by this replica or another): find its seqs.
-            async with self._engine.connect() as conn:
-                earlier = await _earlier(conn, workflow_id, tenant_id, producer_id, batch_seq)
-            if earlier is None:
-                raise
-            return _repeat_of(earlier, batch, producer_id, batch_seq)
+        request = AppendRequest(workflow_id, tenant_id, batch, producer_id, batch_seq)
+        (outcome,) = await self.append_many([request])
+        if isinstance(outcome, EventsError):
+            raise outcome
+        return outcome
 
-    async def _append_in(
-        self,
-        conn: AsyncConnection,
-        workflow_id: str,
-        tenant_id: str,
-        batch: Sequence[NewEvent],
-        producer_id: str,
-        batch_seq: int,
-    ) -> Appended:
-        now = self._clock()
-        row_update = derive_update(batch)
-        values: dict[str, Any] = {
-            "last_seq": workflows.c.last_seq + len(batch),
-            "updated_at": now,
-            **row_update.columns(),
-        }
-        if row_update.status is not None:
-            # A finished workflow stays finished whatever a late producer reports.
-            values["status"] = case(
-                (workflows.c.status.in_([s.value for s in TERMINAL_STATUSES]), workflows.c.status),
-                else_=row_update.status.value,
-            )
-            if row_update.status.is_terminal:
-                # The run is over: its lease means nothing more (the owner stays on record).
-                values["lease_expires_at"] = None
-        # The bump comes first: it takes the row's write lock (PostgreSQL) or the database's
-        # (SQLite) before anything is read, so SQLite never has to upgrade a read
-        # transaction. A repeated batch then fails the insert into `appends` (its primary
-        # key), which rolls everything back; `append` answers with the earlier seqs. The
-        # row lock means the earlier batch is always committed by then.
-        bump = (
-            update(workflows)
-            .where(
-                workflows.c.id == workflow_id,
-                workflows.c.tenant_id == tenant_id,
-                workflows.c.stream_ended.is_(False),
-            )
-            .values(values)
-            .returning(workflows.c.last_seq)
-        )
-        last_seq = (await conn.execute(bump)).scalar_one_or_none()
-        if last_seq is None:
-            if producer_id:
-                earlier = await _earlier(conn, workflow_id, tenant_id, producer_id, batch_seq)
-                if earlier is not None:
-                    raise _Repeat(_repeat_of(earlier, batch, producer_id, batch_seq))
-            raise _Repeat(await _closed_log_answer(conn, workflow_id, tenant_id, batch))
-        first_seq = last_seq - len(batch) + 1
-        stored = [
-            StoredEvent(
-                workflow_id=workflow_id,
-                seq=first_seq + index,
-                type=event.type,
-                agent_id=event.agent_id,
-                message=event.message,
-                payload_json=event.payload_json or "{}",
-                timestamp=event.timestamp or now,
-                trace_id=event.trace_id,
-            )
-            for index, event in enumerate(batch)
-        ]
-        if producer_id:
-            await conn.execute(
-                insert(appends).values(
-                    workflow_id=workflow_id,
-                    producer_id=producer_id,
-                    batch_seq=batch_seq,
-                    first_seq=first_seq,
-                    count=len(batch),
-                )
-            )
-        durable = [event_row(event) for event in stored if event.type not in self._ephemeral]
-        if durable:
-            await conn.execute(insert(events), durable)
-        full = [
-            {
-                "workflow_id": workflow_id,
-                "seq": stored_event.seq,
-                "tool_name": event.tool_name,
-                "result": event.full_result,
-            }
-            for event, stored_event in zip(batch, stored, strict=True)
-            if event.full_result is not None
-        ]
-        if full:
-            await conn.execute(insert(tool_results), full)
-        return Appended(events=stored, seqs=[event.seq for event in stored])
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[Outcome]:
+        """Append several batches (any workflows) in one transaction: one commit for all.
+
+        Outcomes come in request order; a batch refused on its own (NotFound, a closed log,
+        a mismatched retry) gets its error without failing the others. When a batch turns
+        out to be a repeat only at insert time, the group is rolled back and each batch
+        appended in a transaction of its own, so the others still commit exactly once.
+        """
+        try:
+            return await self._append_together(requests)
+        except IntegrityError as conflict:
+            if len(requests) == 1:
+                return [await self._after_conflict(requests[0], conflict)]
+        outcomes: list[Outcome] = []
+        for request in requests:
+            try:
+                (outcome,) = await self._append_together([request])
+            except IntegrityError as conflict:
+                outcome = await self._after_conflict(request, conflict)
+            outcomes.append(outcome)
+        return outcomes
+
+    async def _append_together(self, requests: Sequence[AppendRequest]) -> list[Outcome]:
+        async with self._write_lock, self._engine.begin() as conn:
+            return await append_group(conn, requests, self._clock(), self._ephemeral)
+
+    async def _after_conflict(self, request: AppendRequest, conflict: IntegrityError) -> Outcome:
+        """The batch collided with a stored one: a retry (by this replica or another)
+        answered with the earlier seqs. Without a producer id nothing explains it."""
+        if not request.producer_id:
+            raise conflict
+        try:
+            async with self._engine.connect() as conn:
+                earlier = await earlier_append(conn, request)
+            if earlier is None:
+                raise conflict
+            return repeat_of(earlier, request)
+        except EventsError as refused:
+            return refused
 
     async def full_results(self, workflow_id: str, seqs: Collection[int]) -> dict[int, str]:
         """Whole results kept for cut TOOL_OBSERVATIONs among `seqs` (callers checked tenancy)."""
@@ -294,71 +235,3 @@ class SqlEventStore:
             await workflow_row(conn, workflow_id, tenant_id)  # tenancy: NotFound if not theirs
             rows = (await conn.execute(query)).mappings().all()
         return [stored_event(row) for row in rows]
-
-
-async def workflow_row(conn: AsyncConnection, workflow_id: str, tenant_id: str) -> RowMapping:
-    row = (
-        (
-            await conn.execute(
-                select(workflows).where(
-                    workflows.c.id == workflow_id, workflows.c.tenant_id == tenant_id
-                )
-            )
-        )
-        .mappings()
-        .one_or_none()
-    )
-    if row is None:
-        raise NotFound(f"workflow {workflow_id!r} not found")
-    return row
-
-
-class _Repeat(Exception):
-    """Leaves the append transaction (rolling back the bump) with an earlier answer."""
-
-    def __init__(self, appended: Appended) -> None:
-        super().__init__("repeat")
-        self.appended = appended
-
-
-async def _earlier(
-    conn: AsyncConnection, workflow_id: str, tenant_id: str, producer_id: str, batch_seq: int
-) -> RowMapping | None:
-    """The record of an earlier append of this batch, after checking the caller's tenant."""
-    await workflow_row(conn, workflow_id, tenant_id)
-    query = select(appends.c.first_seq, appends.c.count).where(
-        appends.c.workflow_id == workflow_id,
-        appends.c.producer_id == producer_id,
-        appends.c.batch_seq == batch_seq,
-    )
-    return (await conn.execute(query)).mappings().one_or_none()
-
-
-def _repeat_of(
-    earlier: RowMapping, batch: Sequence[NewEvent], producer_id: str, batch_seq: int
-) -> Appended:
-    count: int = earlier["count"]
-    if count != len(batch):
-        raise InvalidArgument(
-            f"batch_seq {batch_seq} of producer {producer_id!r} was appended with {count} "
-            f"events; this request has {len(batch)}: a retry must resend the same batch"
-        )
-    first: int = earlier["first_seq"]
-    return Appended(events=[], seqs=list(range(first, first + count)), repeated=True)
-
-
-async def _closed_log_answer(
-    conn: AsyncConnection, workflow_id: str, tenant_id: str, batch: Sequence[NewEvent]
-) -> Appended:
-    """Why the counter bump matched no row: no such workflow (NotFound), or its log has
-    ended. A lone STREAM_END then is the producer closing a log the service already closed
-    after its terminal event: it gets that STREAM_END's seq back. Anything else is refused."""
-    row = await workflow_row(conn, workflow_id, tenant_id)
-    last_seq: int = row["last_seq"]
-    if [event.type for event in batch] == ["STREAM_END"]:
-        return Appended(events=[], seqs=[last_seq], repeated=True)
-    error: EventsError = FailedPrecondition(
-        f"workflow {workflow_id!r} has ended (its log holds STREAM_END at seq "
-        f"{last_seq}); nothing more can be appended"
-    )
-    raise error

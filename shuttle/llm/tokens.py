@@ -23,7 +23,8 @@ def estimate_tokens(text: str) -> int:
     """About how many tokens `text` is; 0 only for the empty string."""
     if not text:
         return 0
-    ascii_chars = sum(1 for ch in text if ch < "\x80")
+    # Counted in C: the guard estimates the whole conversation before every model call.
+    ascii_chars = len(text) if text.isascii() else len(text.encode("ascii", "ignore"))
     wide = len(text) - ascii_chars
     return max(1, round(ascii_chars / _ASCII_CHARS_PER_TOKEN) + wide)
 

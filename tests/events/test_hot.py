@@ -141,3 +141,12 @@ async def test_publish_sweeps_now_and_then() -> None:
 def test_max_events_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_events"):
         MemoryHotTier(max_events=0)
+
+
+async def test_last_seq_is_the_newest_held_and_zero_for_an_unknown_workflow() -> None:
+    hot = MemoryHotTier(max_events=3)
+    assert hot.last_seq("wf-h") == 0
+    await hot.publish("wf-h", run(1, 5))
+    assert hot.last_seq("wf-h") == 5
+    await hot.publish("wf-h", run(4, 5))  # a repeat changes nothing
+    assert hot.last_seq("wf-h") == 5

@@ -206,3 +206,10 @@ def test_token_estimates_grow_with_text_and_count_wide_characters_fully() -> Non
     assert estimate_tokens(japanese) >= len(japanese)
     one = [{"role": "user", "content": english}]
     assert estimate_message_tokens(one * 2) > 2 * estimate_tokens(english)
+
+
+def test_token_estimate_of_mixed_text_is_a_quarter_per_ascii_character_plus_one_per_wide() -> None:
+    # 40 ASCII characters (10 tokens), 3 wide ones (a token each), in any order.
+    assert estimate_tokens("abcd" * 5 + "東" + "wxyz" * 5 + "京😀") == 13
+    assert estimate_tokens("é") == 1
+    assert estimate_tokens("a") == 1

@@ -1,0 +1,281 @@
+"""The append transaction: seqs claimed from workflow counters for a group of batches, and
+their rows inserted together.
+
+One transaction may carry batches for many workflows (and several for one workflow): each
+run of one workflow's batches bumps its ``last_seq`` once by their total and numbers them in
+arrival order (a batch that also changes the row's status or outcome bumps alone), so seqs
+stay consecutive per batch and gap-free per workflow; the rows of the whole group then go in
+with one statement per table. Batches are taken in workflow-id order, so two replicas
+committing groups that share workflows lock their rows in the same order and cannot deadlock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import RowMapping, Update, bindparam, case, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .errors import EventsError, FailedPrecondition, InvalidArgument, NotFound
+from .lifecycle import RowUpdate, derive_update
+from .models import appends, events, tool_results, workflows
+from .records import (
+    TERMINAL_STATUSES,
+    Appended,
+    AppendRequest,
+    NewEvent,
+    StoredEvent,
+    WorkflowStatus,
+)
+from .rows import event_row
+
+Outcome = Appended | EventsError
+"""What one batch of a group got: its seqs, or the error that refused it alone."""
+
+
+@dataclass
+class _Rows:
+    appends: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    tool_results: list[dict[str, Any]] = field(default_factory=list)
+
+
+async def append_group(
+    conn: AsyncConnection,
+    requests: Sequence[AppendRequest],
+    now: datetime,
+    ephemeral: frozenset[str],
+) -> list[Outcome]:
+    """Append every batch of `requests` inside `conn`'s transaction; outcomes in request
+    order. A batch refused on its own (unknown workflow, closed log, a retry found in
+    ``appends``) changes nothing and leaves the others to commit. A repeated batch that
+    slipped past the counter check fails the ``appends`` insert (IntegrityError), which the
+    caller must answer by rolling the whole group back."""
+    outcomes: list[Outcome | None] = [None] * len(requests)
+    updates = [derive_update(request.batch) for request in requests]
+    rows = _Rows()
+    # Stable: a workflow's batches keep their arrival order.
+    order = sorted(range(len(requests)), key=lambda i: requests[i].workflow_id)
+    for run in _runs(order, requests, updates):
+        first = requests[run[0]]
+        count = sum(len(requests[i].batch) for i in run)
+        last_seq = (await conn.execute(*_bump_for(first, updates[run[0]], count, now))).scalar()
+        if last_seq is None:
+            for index in run:
+                try:
+                    outcomes[index] = await _unbumped_answer(conn, requests[index])
+                except EventsError as refused:
+                    outcomes[index] = refused
+            continue
+        next_seq = last_seq - count + 1
+        for index in run:
+            outcomes[index] = _stored(requests[index], next_seq, now, ephemeral, rows)
+            next_seq += len(requests[index].batch)
+    if rows.appends:
+        await conn.execute(insert(appends), rows.appends)
+    if rows.events:
+        await conn.execute(insert(events), rows.events)
+    if rows.tool_results:
+        await conn.execute(insert(tool_results), rows.tool_results)
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def _runs(
+    order: list[int], requests: Sequence[AppendRequest], updates: Sequence[RowUpdate]
+) -> Iterator[list[int]]:
+    """`order` cut into runs sharing one counter bump: consecutive batches of one workflow
+    that move only its counter; a batch that changes more of the row goes alone."""
+    run: list[int] = []
+    for index in order:
+        if run and _joins(requests[run[-1]], updates[run[-1]], requests[index], updates[index]):
+            run.append(index)
+            continue
+        if run:
+            yield run
+        run = [index]
+    if run:
+        yield run
+
+
+def _joins(
+    previous: AppendRequest, previous_update: RowUpdate, request: AppendRequest, update: RowUpdate
+) -> bool:
+    return (
+        _plain(previous_update)
+        and _plain(update)
+        and request.workflow_id == previous.workflow_id
+        and request.tenant_id == previous.tenant_id
+    )
+
+
+def _plain(row_update: RowUpdate) -> bool:
+    return row_update.status is None and not row_update.columns()
+
+
+def _bump_for(
+    request: AppendRequest, row_update: RowUpdate, count: int, now: datetime
+) -> tuple[Update, dict[str, Any]]:
+    """The counter bump for `count` events of `request`'s workflow, and its parameters."""
+    params: dict[str, Any] = {
+        "bump_workflow_id": request.workflow_id,
+        "bump_tenant_id": request.tenant_id,
+    }
+    if _plain(row_update):
+        return _PLAIN_BUMP, {**params, "count": count, "now": now}
+    return _lifecycle_bump(count, now, row_update.columns(), row_update.status), params
+
+
+def _stored(
+    request: AppendRequest, first_seq: int, now: datetime, ephemeral: frozenset[str], rows: _Rows
+) -> Appended:
+    """The batch numbered from `first_seq`, its rows queued on `rows`."""
+    batch = request.batch
+    stored = [
+        StoredEvent(
+            workflow_id=request.workflow_id,
+            seq=first_seq + index,
+            type=event.type,
+            agent_id=event.agent_id,
+            message=event.message,
+            payload_json=event.payload_json or "{}",
+            timestamp=event.timestamp or now,
+            trace_id=event.trace_id,
+        )
+        for index, event in enumerate(batch)
+    ]
+    if request.producer_id:
+        rows.appends.append(
+            {
+                "workflow_id": request.workflow_id,
+                "producer_id": request.producer_id,
+                "batch_seq": request.batch_seq,
+                "first_seq": first_seq,
+                "count": len(batch),
+            }
+        )
+    rows.events.extend(event_row(event) for event in stored if event.type not in ephemeral)
+    rows.tool_results.extend(
+        {
+            "workflow_id": request.workflow_id,
+            "seq": stored_event.seq,
+            "tool_name": event.tool_name,
+            "result": event.full_result,
+        }
+        for event, stored_event in zip(batch, stored, strict=True)
+        if event.full_result is not None
+    )
+    return Appended(events=stored, seqs=[event.seq for event in stored])
+
+
+def _bump(values: dict[str, Any]) -> Update:
+    """The counter bump; it comes first in a batch's work: it takes the row's write lock
+    (PostgreSQL) or the database's (SQLite) before anything is read, so SQLite never has to
+    upgrade a read transaction."""
+    return (
+        update(workflows)
+        .where(
+            workflows.c.id == bindparam("bump_workflow_id"),
+            workflows.c.tenant_id == bindparam("bump_tenant_id"),
+            workflows.c.stream_ended.is_(False),
+        )
+        .values(values)
+        .returning(workflows.c.last_seq)
+    )
+
+
+# Most batches move only the counter: their statement is built once.
+_PLAIN_BUMP = _bump(
+    {"last_seq": workflows.c.last_seq + bindparam("count"), "updated_at": bindparam("now")}
+)
+
+
+def _lifecycle_bump(
+    count: int, now: datetime, columns: dict[str, Any], status: WorkflowStatus | None
+) -> Update:
+    values: dict[str, Any] = {
+        "last_seq": workflows.c.last_seq + count,
+        "updated_at": now,
+        **columns,
+    }
+    if status is not None:
+        # A finished workflow stays finished whatever a late producer reports.
+        values["status"] = case(
+            (workflows.c.status.in_([s.value for s in TERMINAL_STATUSES]), workflows.c.status),
+            else_=status.value,
+        )
+        if status.is_terminal:
+            # The run is over: its lease means nothing more (the owner stays on record).
+            values["lease_expires_at"] = None
+    return _bump(values)
+
+
+async def _unbumped_answer(conn: AsyncConnection, request: AppendRequest) -> Appended:
+    """The counter bump matched no row: an earlier append of this very batch whose log has
+    ended since, or else the closed-log answer (NotFound / FailedPrecondition)."""
+    if request.producer_id:
+        earlier = await earlier_append(conn, request)
+        if earlier is not None:
+            return repeat_of(earlier, request)
+    return await _closed_log_answer(conn, request)
+
+
+async def workflow_row(conn: AsyncConnection, workflow_id: str, tenant_id: str) -> RowMapping:
+    """The workflow's row; NotFound when missing or owned by another tenant."""
+    row = (
+        (
+            await conn.execute(
+                select(workflows).where(
+                    workflows.c.id == workflow_id, workflows.c.tenant_id == tenant_id
+                )
+            )
+        )
+        .mappings()
+        .one_or_none()
+    )
+    if row is None:
+        raise NotFound(f"workflow {workflow_id!r} not found")
+    return row
+
+
+async def earlier_append(conn: AsyncConnection, request: AppendRequest) -> RowMapping | None:
+    """The record of an earlier append of this batch, after checking the caller's tenant."""
+    await workflow_row(conn, request.workflow_id, request.tenant_id)
+    query = select(appends.c.first_seq, appends.c.count).where(
+        appends.c.workflow_id == request.workflow_id,
+        appends.c.producer_id == request.producer_id,
+        appends.c.batch_seq == request.batch_seq,
+    )
+    return (await conn.execute(query)).mappings().one_or_none()
+
+
+def repeat_of(earlier: RowMapping, request: AppendRequest) -> Appended:
+    count: int = earlier["count"]
+    if count != len(request.batch):
+        raise InvalidArgument(
+            f"batch_seq {request.batch_seq} of producer {request.producer_id!r} was appended "
+            f"with {count} events; this request has {len(request.batch)}: a retry must resend "
+            "the same batch"
+        )
+    first: int = earlier["first_seq"]
+    return Appended(events=[], seqs=list(range(first, first + count)), repeated=True)
+
+
+async def _closed_log_answer(conn: AsyncConnection, request: AppendRequest) -> Appended:
+    """No such workflow (NotFound), or its log has ended. A lone STREAM_END then is the
+    producer closing a log the service already closed after its terminal event: it gets
+    that STREAM_END's seq back. Anything else is refused."""
+    row = await workflow_row(conn, request.workflow_id, request.tenant_id)
+    last_seq: int = row["last_seq"]
+    if _types(request.batch) == ["STREAM_END"]:
+        return Appended(events=[], seqs=[last_seq], repeated=True)
+    raise FailedPrecondition(
+        f"workflow {request.workflow_id!r} has ended (its log holds STREAM_END at seq "
+        f"{last_seq}); nothing more can be appended"
+    )
+
+
+def _types(batch: Sequence[NewEvent]) -> list[str]:
+    return [event.type for event in batch]
