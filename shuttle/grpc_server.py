@@ -25,8 +25,21 @@ Registrar = Callable[[grpc.aio.Server], None]
 Context = grpc.aio.ServicerContext[Any, Any]
 Cleanup = Callable[[], Awaitable[None]]
 
+# The aio server takes calls from gRPC core one at a time, one per turn of the event loop.
+# When the loop is saturated (a thousand runs at once), new calls queue inside core, and core
+# drops queued calls in two ways, both seen by the client as a bare CANCELLED from a handler
+# that never ran: a call queued longer than `grpc.server_max_unrequested_time_in_server`
+# (30 s by default), and, past `grpc.server.max_pending_requests` (1,000) queued calls, a
+# random share of the new ones (all of them past the hard limit, 3,000). A queued call is
+# accepted work: it waits for its turn, bounded by the caller's deadline.
+QUEUED_CALL_WAIT_SECONDS = 24 * 3600
+QUEUED_CALLS_MAX = 1_000_000
+
 # Keep idle streams (SSE tails can be quiet for minutes) alive through proxies.
 SERVER_OPTIONS = [
+    ("grpc.server_max_unrequested_time_in_server", QUEUED_CALL_WAIT_SECONDS),
+    ("grpc.server.max_pending_requests", QUEUED_CALLS_MAX),
+    ("grpc.server.max_pending_requests_hard_limit", QUEUED_CALLS_MAX),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),

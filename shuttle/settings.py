@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     redis_url: str = ""
     # Prepended to every Redis key, so several deployments (or test runs) can share a Redis.
     redis_key_prefix: str = "shuttle:"
+    # Connections each events replica opens for Redis commands; a burst beyond them waits
+    # for a free one. Followed workflows share one more connection (one blocking read).
+    redis_max_connections: int = Field(64, ge=1, le=10_000)
 
     # The events service's log: hot tier size and age, SQL retention, stream fallback poll.
     events_hot_max_events: int = Field(10_000, ge=1)

@@ -49,6 +49,7 @@ async def build(settings: Settings) -> GrpcService:
             prefix=settings.redis_key_prefix,
             max_events=settings.events_hot_max_events,
             ttl_seconds=settings.events_hot_ttl_seconds,
+            max_connections=settings.redis_max_connections,
         )
         hot, poll = redis_tier, settings.events_poll_seconds
         cleanups.append(redis_tier.close)

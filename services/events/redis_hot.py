@@ -3,9 +3,11 @@
 Each committed event is added with the explicit id ``<seq>-0`` (``MAXLEN ~``, the key
 expiring 24 h after its last write), so a stream id is a resume token and Redis refuses a
 repeated seq by itself. Every replica also keeps a ``MemoryHotTier`` as a local cache and
-fan-out point: its own appends go there at once, and while anyone on this replica waits on a
-workflow one pump task per workflow blocks on ``XREAD`` and copies other replicas' events
-into it. So a thousand subscribers of one workflow cost one Redis connection, not a thousand.
+fan-out point: its own appends go there at once, and while anyone on this replica waits on
+workflows one pump (``redis_pump``) blocks on one ``XREAD`` over all of them and copies other
+replicas' events into it. So a thousand subscribers, of one workflow or of a thousand, cost
+one Redis connection. Commands share a bounded pool: a burst beyond it waits for a
+connection instead of failing.
 
 Redis is never the source of truth. When it is unreachable, publishes are skipped (SQL
 already holds the durable events) and reads report nothing held, so readers use SQL; the
@@ -14,34 +16,30 @@ tier retries Redis after ``retry_seconds``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError, ResponseError
 
 from .hot import DEFAULT_MAX_EVENTS, DEFAULT_TTL_SECONDS, HotWindow, MemoryHotTier
 from .records import StoredEvent
+from .redis_pump import BLOCK_MS, StreamPump
 
 log = logging.getLogger(__name__)
 
+__all__ = ["BLOCK_MS", "RedisHotTier"]
+
 RETRY_SECONDS = 2.0
-BLOCK_MS = 5_000
 BLOCKING_READ_MARGIN_SECONDS = 5.0
-PUMP_BATCH = 1_000
-
-
-@dataclass
-class _Pump:
-    task: asyncio.Task[None] | None = None
-    users: int = 0
+DEFAULT_MAX_CONNECTIONS = 64
+# How long a command waits for a free pooled connection before Redis counts as unavailable.
+POOL_WAIT_SECONDS = 5.0
+COMMAND_TIMEOUT_SECONDS = 2.0
 
 
 class RedisHotTier:
@@ -55,14 +53,25 @@ class RedisHotTier:
         max_events: int = DEFAULT_MAX_EVENTS,
         ttl_seconds: float = DEFAULT_TTL_SECONDS,
         retry_seconds: float = RETRY_SECONDS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        # Commands fail fast so an unreachable Redis cannot stall appends. The pumps' blocking
-        # reads wait up to BLOCK_MS by design: their socket timeout must outlast that, or
-        # (with the client's default of 5 s) every idle read would mark Redis down.
-        self._redis: Redis = Redis.from_url(
-            url, decode_responses=True, socket_timeout=2.0, socket_connect_timeout=2.0
+        # Commands fail fast so an unreachable Redis cannot stall appends, but a burst larger
+        # than the pool waits for a connection (redis-py's default pool raises
+        # MaxConnectionsError past its size, which would mark a healthy Redis down).
+        self._redis: Redis = Redis.from_pool(
+            BlockingConnectionPool.from_url(
+                url,
+                max_connections=max_connections,
+                timeout=POOL_WAIT_SECONDS,
+                decode_responses=True,
+                socket_timeout=COMMAND_TIMEOUT_SECONDS,
+                socket_connect_timeout=COMMAND_TIMEOUT_SECONDS,
+            )
         )
+        # The pump's blocking read waits up to BLOCK_MS by design: its socket timeout must
+        # outlast that, or (with the client's default of 5 s) every idle read would mark
+        # Redis down.
         self._blocking: Redis = Redis.from_url(
             url,
             decode_responses=True,
@@ -77,7 +86,16 @@ class RedisHotTier:
         self._clock = clock
         self._down_until = 0.0
         self._local = MemoryHotTier(max_events=max_events, ttl_seconds=ttl_seconds)
-        self._pumps: dict[str, _Pump] = {}
+        self._pump = StreamPump(
+            self._blocking,
+            self._redis,
+            key=self.key,
+            doorbell_prefix=prefix,
+            local=self._local,
+            decode=decode,
+            on_error=self._mark_down,
+            retry_seconds=retry_seconds,
+        )
 
     def key(self, workflow_id: str) -> str:
         # The braces are a Redis Cluster hash tag: one workflow's key stays on one shard.
@@ -145,19 +163,17 @@ class RedisHotTier:
         selected = [event for event in held if not types or event.type in types]
         return HotWindow(first_seq=held[0].seq, events=selected[:limit] if limit > 0 else [])
 
+    @property
+    def following(self) -> int:
+        """How many workflows the pump reads for this replica's waiters."""
+        return self._pump.following
+
     async def wait(self, workflow_id: str, after_seq: int) -> None:
-        pump = self._pumps.get(workflow_id)
-        if pump is None:
-            pump = _Pump()
-            pump.task = asyncio.create_task(self._pump(workflow_id, after_seq, pump))
-            self._pumps[workflow_id] = pump
-        pump.users += 1
+        await self._pump.follow(workflow_id, after_seq)
         try:
             await self._local.wait(workflow_id, after_seq)
         finally:
-            # The pump outlives its last waiter until its read returns: live readers stop
-            # waiting after every event, and cancelling a blocked XREAD costs its connection.
-            pump.users -= 1
+            self._pump.unfollow(workflow_id)
 
     async def forget(self, workflow_id: str) -> None:
         await self._local.forget(workflow_id)
@@ -168,48 +184,9 @@ class RedisHotTier:
             self._mark_down("forget", exc)
 
     async def close(self) -> None:
-        tasks = [pump.task for pump in self._pumps.values() if pump.task is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._pumps.clear()
+        await self._pump.close()
         await self._redis.aclose()
         await self._blocking.aclose()
-
-    async def _pump(self, workflow_id: str, after_seq: int, pump: _Pump) -> None:
-        """Copy this workflow's new events from Redis into the local tier, waking waiters,
-        until a read returns with nobody waiting."""
-        key = self.key(workflow_id)
-        last = after_seq
-        while True:
-            if pump.users == 0 and self._pumps.get(workflow_id) is pump:
-                # Nobody left: the next waiter starts a new pump.
-                del self._pumps[workflow_id]
-                return
-            # This replica's own appends are in the local tier already: skip past them.
-            last = max(last, self._local.last_seq(workflow_id))
-            try:
-                reply: Any = await self._blocking.xread(
-                    {key: f"{last}-0"}, count=PUMP_BATCH, block=BLOCK_MS
-                )
-            except (RedisError, OSError) as exc:
-                self._mark_down("pump", exc)
-                await asyncio.sleep(self._retry)
-                continue
-            for _key, entries in reply or []:
-                if not entries:
-                    continue
-                held = self._local.last_seq(workflow_id)
-                events = [
-                    decode(workflow_id, fields)
-                    for entry_id, fields in entries
-                    if _seq_of(entry_id) > held
-                ]
-                if events:
-                    await self._local.publish(workflow_id, events)
-                last = max(last, _seq_of(entries[-1][0]))
 
     def _mark_down(self, operation: str, exc: BaseException) -> None:
         if self.available:
@@ -226,11 +203,6 @@ def _contiguous(events: list[StoredEvent]) -> list[StoredEvent]:
         if events[index].seq != events[index - 1].seq + 1:
             return events[:index]
     return events
-
-
-def _seq_of(entry_id: str) -> int:
-    """The seq of a stream entry id ``<seq>-0``."""
-    return int(entry_id.partition("-")[0])
 
 
 def encode(event: StoredEvent) -> str:
