@@ -29,6 +29,7 @@ from services.executor.routing import Route, Router
 from shuttle.llm.protocol import LLM, LLMError, Message, TokenUsage
 from shuttle.logs import current_workflow
 from shuttle.metrics import RUN_ITERATIONS, RUNS_FINISHED, RUNS_STARTED
+from shuttle.telemetry import background_context
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,9 @@ class RunManager:
             raise ValueError("query must not be empty")
         workflow_id = await self._registry.create(request)
         self._receivers[workflow_id] = RunReceiver()
-        task = asyncio.create_task(self._execute(workflow_id, request), name=workflow_id)
+        task = asyncio.create_task(
+            self._execute(workflow_id, request), name=workflow_id, context=background_context()
+        )
         self._tasks[workflow_id] = task
         task.add_done_callback(lambda _: self._forget(workflow_id))
         return workflow_id
