@@ -1,12 +1,19 @@
-"""What an in-flight run holds: shared catalog definitions, no finished request span."""
+"""What an in-flight run holds: shared catalog definitions, no finished request span, no
+idle sender task."""
 
 from __future__ import annotations
+
+import asyncio
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
+from services.executor.emitter import EventEmitter
+from services.executor.grpc_clients import GrpcEventSink
+from services.executor.ports import EventDraft
 from shuttle.telemetry import background_context
-from tests.executor.conftest import Backends
+from shuttle.v1 import events_pb2
+from tests.executor.conftest import TENANT, Backends, as_dict
 
 
 async def test_runs_listing_the_same_catalog_share_its_decoded_definitions(
@@ -50,3 +57,33 @@ def test_outside_any_span_a_background_task_has_no_trace() -> None:
     context = background_context()
 
     assert not context.run(trace.get_current_span).get_span_context().is_valid
+
+
+def emitter_tasks() -> list[asyncio.Task[object]]:
+    return [t for t in asyncio.all_tasks() if t.get_name() == "event-emitter" and not t.done()]
+
+
+async def test_an_idle_emitter_holds_no_sender_and_later_bursts_go_on_in_order(
+    backends: Backends,
+) -> None:
+    created = await backends.events.CreateWorkflow(
+        events_pb2.CreateWorkflowRequest(tenant_id=TENANT, query="idle emitter")
+    )
+    emitter = EventEmitter(GrpcEventSink(backends.events, created.workflow_id, TENANT))
+
+    for burst in range(3):
+        for i in range(5):
+            await emitter.emit(EventDraft("PROGRESS", f"burst {burst}", {"i": burst * 5 + i}))
+        assert len(emitter_tasks()) == 1
+        await emitter.flush()
+        assert emitter_tasks() == []
+        assert emitter.last_seq == burst * 5 + 5
+    await emitter.close()
+
+    events = (
+        await backends.events.List(
+            events_pb2.ListRequest(workflow_id=created.workflow_id, tenant_id=TENANT, limit=100)
+        )
+    ).events
+    assert [as_dict(e)["payload"]["i"] for e in events] == list(range(15))
+    assert [e.seq for e in events] == list(range(1, 16))
