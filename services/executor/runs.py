@@ -124,11 +124,14 @@ class RunManager:
             raise ValueError("query must not be empty")
         workflow_id = await self._registry.create(request)
         self._receivers[workflow_id] = RunReceiver()
+        # Neither the task nor its done callback keeps the request's span alive (each would
+        # otherwise hold a copy of the request's context for the whole run).
+        context = background_context()
         task = asyncio.create_task(
-            self._execute(workflow_id, request), name=workflow_id, context=background_context()
+            self._execute(workflow_id, request), name=workflow_id, context=context
         )
         self._tasks[workflow_id] = task
-        task.add_done_callback(lambda _: self._forget(workflow_id))
+        task.add_done_callback(lambda _: self._forget(workflow_id), context=context)
         return workflow_id
 
     def deliver(self, workflow_id: str, command: LogCommand) -> None:

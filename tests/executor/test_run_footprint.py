@@ -4,6 +4,8 @@ idle sender task."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -11,9 +13,13 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from services.executor.emitter import EventEmitter
 from services.executor.grpc_clients import GrpcEventSink
 from services.executor.ports import EventDraft
+from services.executor.runs import RunRequest
+from shuttle.llm.openai_model import OpenAIModel
 from shuttle.telemetry import background_context
 from shuttle.v1 import events_pb2
-from tests.executor.conftest import TENANT, Backends, as_dict
+from tests.executor.conftest import TENANT, Backends, as_dict, types_of
+from tests.executor.test_control import gated_script
+from tests.support.scripted_openai import ScriptedOpenAI
 
 
 async def test_runs_listing_the_same_catalog_share_its_decoded_definitions(
@@ -87,3 +93,31 @@ async def test_an_idle_emitter_holds_no_sender_and_later_bursts_go_on_in_order(
     ).events
     assert [as_dict(e)["payload"]["i"] for e in events] == list(range(15))
     assert [e.seq for e in events] == list(range(1, 16))
+
+
+async def test_a_run_in_flight_does_not_keep_the_span_of_the_request_that_started_it(
+    backends: Backends, model: ScriptedOpenAI
+) -> None:
+    script, gate = gated_script()
+    model.set_handler(script)
+    llm = OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0)
+    runs = backends.run_manager(llm, completion_check=False)
+    tracer = TracerProvider().get_tracer("test")
+    with tracer.start_as_current_span("StartRun") as request_span:
+        workflow_id = await runs.start(RunRequest(query="1+1, 2+2", tenant_id=TENANT))
+        request_trace = request_span.get_span_context().trace_id
+    request_span_ref = weakref.ref(request_span)
+    del request_span
+    try:
+        assert await asyncio.to_thread(gate.reached.wait, 30)
+        gc.collect()
+        assert runs.active_runs == 1
+        assert request_span_ref() is None
+    finally:
+        gate.release.set()
+    assert types_of(await backends.read_log(workflow_id))[-1] == "STREAM_END"
+    logged = await backends.events.List(
+        events_pb2.ListRequest(workflow_id=workflow_id, tenant_id=TENANT, limit=1000)
+    )
+    # The run's events still belong to the request's trace.
+    assert {e.trace_id for e in logged.events} == {format(request_trace, "032x")}
