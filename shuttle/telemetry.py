@@ -3,8 +3,10 @@ and the gRPC interceptors that carry one trace across all services."""
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.instrumentation.grpc import (
@@ -15,6 +17,7 @@ from opentelemetry.instrumentation.grpc import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import NonRecordingSpan
 
 from shuttle.settings import Settings
 
@@ -53,6 +56,19 @@ def current_trace_id() -> str:
     """The active trace id as 32 hex digits, or "" outside any span."""
     context = trace.get_current_span().get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else ""
+
+
+def background_context() -> contextvars.Context:
+    """A copy of the current context for a long-lived task started by a request. The task
+    keeps the trace (its spans are children of the request's span) but only a reference to
+    the request's span: the span itself, with its attributes, is freed when the request ends
+    rather than when the task does."""
+    context = contextvars.copy_context()
+    span_context = trace.get_current_span().get_span_context()
+    if span_context.is_valid:
+        reference = trace.set_span_in_context(NonRecordingSpan(span_context))
+        context.run(otel_context.attach, reference)
+    return context
 
 
 tracer = trace.get_tracer("shuttle")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+import grpc
+
 from services.executor.dag.steps import StepLimits
 from services.executor.dag.team import TeamSettings
 from services.executor.engine.settings import AgentSettings
@@ -20,7 +22,7 @@ from services.executor.instrumented import TracedToolHost
 from services.executor.lease import Leasing, replica_id
 from services.executor.routing import GrpcRouter
 from services.executor.runs import EmitterSettings, RunManager
-from shuttle.grpc_client import open_channel
+from shuttle.grpc_client import CHANNEL_OPTIONS, open_channel
 from shuttle.grpc_server import GrpcService
 from shuttle.llm.factory import build_registry
 from shuttle.process import main
@@ -47,6 +49,11 @@ async def build(settings: Settings) -> GrpcService:
     events_channel = open_channel(settings.grpc_target("events"))
     tools_channel = open_channel(settings.grpc_target("tools"))
     planner_channel = open_channel(settings.grpc_target("planner"))
+    # Each run follows its log for commands over a stream that lasts as long as the run and
+    # carries no work of its own: untraced, such a stream holds no span and no interceptor.
+    commands_channel = grpc.aio.insecure_channel(
+        settings.grpc_target("events"), options=CHANNEL_OPTIONS
+    )
     events = events_pb2_grpc.EventServiceStub(events_channel)
     planner = planner_pb2_grpc.PlannerServiceStub(planner_channel)
     tools = TracedToolHost(
@@ -63,7 +70,7 @@ async def build(settings: Settings) -> GrpcService:
         llm=llm,
         settings=AgentSettings.from_settings(settings),
         router=GrpcRouter(planner),
-        commands=GrpcCommandSource(events),
+        commands=GrpcCommandSource(events_pb2_grpc.EventServiceStub(commands_channel)),
         selector=GrpcToolSelector(planner),
         emitter=EmitterSettings(settings.events_batch_max, settings.events_retry_seconds),
         planner=GrpcDagPlanner(planner),
@@ -84,7 +91,7 @@ async def build(settings: Settings) -> GrpcService:
         await runs.shutdown(settings.shutdown_grace_seconds)
 
     async def close_channels() -> None:
-        for channel in (events_channel, tools_channel, planner_channel):
+        for channel in (events_channel, commands_channel, tools_channel, planner_channel):
             await channel.close()
 
     return GrpcService(

@@ -5,6 +5,8 @@ sender task appends whatever has queued up while the previous Append was in flig
 commit), so a burst of answer tokens costs a few Appends, not one each. Each batch carries the
 run's producer id and a batch number that grows by one; an outage is ridden out by resending
 the same batch, which the events service answers with the same seqs instead of a duplicate.
+The sender runs only while there is something to send, so a run waiting on its model holds
+no sender task.
 """
 
 from __future__ import annotations
@@ -36,9 +38,6 @@ class EventEmitter:
         self._batch_max = batch_max
         self._retry_seconds = retry_seconds
         self._queue: list[EventDraft] = []
-        self._wakeup = asyncio.Event()
-        self._drained = asyncio.Event()
-        self._drained.set()
         self._sender: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
         self._batch_seq = 0
@@ -48,20 +47,20 @@ class EventEmitter:
     async def emit(self, draft: EventDraft) -> None:
         self._raise_failure()
         self._queue.append(draft)
-        self._drained.clear()
         if self._sender is None:
-            self._sender = asyncio.create_task(self._send_loop(), name="event-emitter")
-        self._wakeup.set()
+            self._sender = asyncio.create_task(self._send_queued(), name="event-emitter")
         if len(self._queue) >= self._batch_max * BACKLOG_BATCHES:
             await self.flush()
 
     async def flush(self) -> None:
         """Wait until everything emitted so far is in the log."""
-        await self._drained.wait()
+        while self._sender is not None:
+            # Shielded: a caller cancelled while flushing must not cancel the sending.
+            await asyncio.shield(self._sender)
         self._raise_failure()
 
     async def close(self) -> None:
-        """Flush, then stop the sender."""
+        """Flush; after a cancelled flush, stop the sender."""
         try:
             await self.flush()
         finally:
@@ -75,10 +74,9 @@ class EventEmitter:
         if self._failure is not None:
             raise EmitterFailed(f"events could not be appended: {self._failure}")
 
-    async def _send_loop(self) -> None:
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
+    async def _send_queued(self) -> None:
+        """Send batches until the queue is empty, then end (`emit` starts a new sender)."""
+        try:
             while self._queue:
                 batch = self._queue[: self._batch_max]
                 del self._queue[: self._batch_max]
@@ -88,10 +86,12 @@ class EventEmitter:
                 except Exception as exc:
                     self._failure = exc
                     self._queue.clear()
-                    break
+                    return
                 if seqs:
                     self.last_seq = max(self.last_seq, *seqs)
-            self._drained.set()
+        finally:
+            if self._sender is asyncio.current_task():
+                self._sender = None
 
     async def _send(self, batch: list[EventDraft], batch_seq: int) -> list[int]:
         deadline = time.monotonic() + self._retry_seconds

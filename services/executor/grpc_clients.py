@@ -6,6 +6,7 @@ import json
 import logging
 import uuid
 from collections.abc import Sequence
+from functools import lru_cache
 
 import grpc
 
@@ -29,6 +30,15 @@ log = logging.getLogger(__name__)
 # A restarting events service answers UNAVAILABLE (or not at all): the batch is resent.
 RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 APPEND_TIMEOUT_SECONDS = 10.0
+# Distinct tool definitions kept decoded; a catalog rarely holds more than a few dozen.
+TOOL_DEFINITIONS_KEPT = 1024
+
+
+@lru_cache(maxsize=TOOL_DEFINITIONS_KEPT)
+def _tool_definition(name: str, description: str, parameters_json: str) -> ToolDefinition:
+    """Decoded once per distinct definition and shared: every run lists the catalog, and a
+    decoded copy per run was much of what an in-flight run held."""
+    return ToolDefinition(name, description, json.loads(parameters_json or "{}"))
 
 
 class GrpcWorkflowRegistry:
@@ -135,10 +145,7 @@ class GrpcToolHost:
             if t.flags.requires_approval:
                 deadline += self._approval_wait
             self._deadlines[t.name] = deadline
-        return [
-            ToolDefinition(t.name, t.description, json.loads(t.parameters_json or "{}"))
-            for t in response.tools
-        ]
+        return [_tool_definition(t.name, t.description, t.parameters_json) for t in response.tools]
 
     async def execute(self, call: ToolInvocation) -> ToolOutcome:
         request = tools_pb2.ExecuteRequest(

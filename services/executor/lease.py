@@ -47,7 +47,8 @@ class LeaseKeeper:
     """Renews one run's lease in the background; `lost` says why it was refused, if it was.
 
     `ending` tells whether the run has emitted its own terminal event, after which a refusal
-    (the workflow has ended) is expected and only stops the renewals.
+    (the workflow has ended) is expected and only stops the renewals. Between renewals a run
+    holds only a timer: a renewal task exists while a renewal is in flight.
     """
 
     def __init__(
@@ -57,33 +58,67 @@ class LeaseKeeper:
         self._workflow_id = workflow_id
         self._tenant_id = tenant_id
         self._ending = ending
-        self._task: asyncio.Task[None] | None = None
+        self._run: asyncio.Task[object] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._renewal: asyncio.Task[None] | None = None
+        self._stopped = False
         self.lost: str | None = None
+
+    @property
+    def _interval(self) -> float:
+        return self._leasing.ttl_seconds / 3
 
     async def start(self) -> None:
         """Take the lease, then keep it: a refusal cancels the calling task (the run)."""
         run = asyncio.current_task()
         assert run is not None
-        interval = self._leasing.ttl_seconds / 3
-        delay = interval
+        self._run = run
+        delay = self._interval
         try:
-            await self._renew(interval)
+            await self._renew()
         except LeaseRefused as refused:
-            self._give_up(run, refused)
+            self._give_up(refused)
             return
         except Exception as exc:
             log.warning("could not take the run lease; retrying", extra={"error": str(exc)})
-            delay = min(RETRY_SECONDS, interval)
-        self._task = asyncio.create_task(self._keep(run, delay), name="run-lease")
+            delay = min(RETRY_SECONDS, self._interval)
+        self._schedule(delay)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        self._stopped = True
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        renewal, self._renewal = self._renewal, None
+        if renewal is not None:
+            renewal.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await renewal
 
-    async def _renew(self, within_seconds: float) -> None:
+    def _schedule(self, delay: float) -> None:
+        if not self._stopped:
+            self._timer = asyncio.get_running_loop().call_later(delay, self._start_renewal)
+
+    def _start_renewal(self) -> None:
+        self._timer = None
+        self._renewal = asyncio.create_task(self._renew_in_background(), name="run-lease")
+
+    async def _renew_in_background(self) -> None:
+        try:
+            await self._renew()
+            delay = self._interval
+        except LeaseRefused as refused:
+            self._renewal = None
+            if not self._ending():
+                self._give_up(refused)
+            return
+        except Exception as exc:
+            log.warning("could not renew the run lease; retrying", extra={"error": str(exc)})
+            delay = min(RETRY_SECONDS, self._interval)
+        self._renewal = None
+        self._schedule(delay)
+
+    async def _renew(self) -> None:
         await asyncio.wait_for(
             self._leasing.leases.renew(
                 self._workflow_id,
@@ -91,25 +126,11 @@ class LeaseKeeper:
                 self._leasing.owner,
                 self._leasing.ttl_seconds,
             ),
-            within_seconds,
+            self._interval,
         )
 
-    async def _keep(self, run: asyncio.Task[object], delay: float) -> None:
-        interval = self._leasing.ttl_seconds / 3
-        while True:
-            await asyncio.sleep(delay)
-            try:
-                await self._renew(interval)
-                delay = interval
-            except LeaseRefused as refused:
-                if not self._ending():
-                    self._give_up(run, refused)
-                return
-            except Exception as exc:
-                log.warning("could not renew the run lease; retrying", extra={"error": str(exc)})
-                delay = min(RETRY_SECONDS, interval)
-
-    def _give_up(self, run: asyncio.Task[object], refused: LeaseRefused) -> None:
+    def _give_up(self, refused: LeaseRefused) -> None:
         self.lost = str(refused)
         log.warning("run lease refused, stopping the run: %s", refused)
-        run.cancel()
+        if self._run is not None:
+            self._run.cancel()

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
 class ToolDefinition:
+    """One tool as offered to the model. A definition is shared by every run listing the
+    same catalog, so neither it nor its schema may be modified."""
+
     name: str
     description: str
     parameters: Mapping[str, Any]
 
     def as_openai_tool(self) -> dict[str, Any]:
+        return self._openai_tool
+
+    @cached_property
+    def _openai_tool(self) -> dict[str, Any]:
+        # Built once per definition rather than once per run that offers the tool.
         return {
             "type": "function",
             "function": {

@@ -29,6 +29,7 @@ from services.executor.routing import Route, Router
 from shuttle.llm.protocol import LLM, LLMError, Message, TokenUsage
 from shuttle.logs import current_workflow
 from shuttle.metrics import RUN_ITERATIONS, RUNS_FINISHED, RUNS_STARTED
+from shuttle.telemetry import background_context
 
 log = logging.getLogger(__name__)
 
@@ -123,9 +124,14 @@ class RunManager:
             raise ValueError("query must not be empty")
         workflow_id = await self._registry.create(request)
         self._receivers[workflow_id] = RunReceiver()
-        task = asyncio.create_task(self._execute(workflow_id, request), name=workflow_id)
+        # Neither the task nor its done callback keeps the request's span alive (each would
+        # otherwise hold a copy of the request's context for the whole run).
+        context = background_context()
+        task = asyncio.create_task(
+            self._execute(workflow_id, request), name=workflow_id, context=context
+        )
         self._tasks[workflow_id] = task
-        task.add_done_callback(lambda _: self._forget(workflow_id))
+        task.add_done_callback(lambda _: self._forget(workflow_id), context=context)
         return workflow_id
 
     def deliver(self, workflow_id: str, command: LogCommand) -> None:

@@ -42,8 +42,10 @@ class RunControl:
         self._pause_seq = 0
         self._resume_seq = 0
         self._cancel_reason: str | None = None
-        self._changed = asyncio.Event()
-        self._cancelled = asyncio.Event()
+        # Made when first waited on: most runs never pause, and a run that waits on its
+        # model should hold no more than it needs.
+        self._changed: asyncio.Event | None = None
+        self._cancelled: asyncio.Event | None = None
 
     def apply(self, seq: int, event_type: str, reason: str = "") -> None:
         if event_type == "WORKFLOW_PAUSING":
@@ -52,10 +54,12 @@ class RunControl:
             self._resume_seq = max(self._resume_seq, seq)
         elif event_type == "WORKFLOW_CANCELLING" and self._cancel_reason is None:
             self._cancel_reason = reason or "cancelled by request"
-            self._cancelled.set()
+            if self._cancelled is not None:
+                self._cancelled.set()
         else:
             return
-        self._changed.set()
+        if self._changed is not None:
+            self._changed.set()
 
     @property
     def pause_requested(self) -> bool:
@@ -67,7 +71,10 @@ class RunControl:
 
     async def wait_cancelled(self) -> str:
         """Return the reason once a cancel arrives (for work that cannot wait for a checkpoint)."""
-        await self._cancelled.wait()
+        if self._cancel_reason is None:
+            if self._cancelled is None:
+                self._cancelled = asyncio.Event()
+            await self._cancelled.wait()
         return self._cancel_reason or "cancelled by request"
 
     async def checkpoint(self, where: str, reporter: PauseReporter) -> None:
@@ -79,6 +86,8 @@ class RunControl:
         await reporter.flush()
         paused_at = reporter.last_seq
         while self.pause_requested and not self.cancel_requested:
+            if self._changed is None:
+                self._changed = asyncio.Event()
             self._changed.clear()
             await self._changed.wait()
         self._raise_if_cancelled(where)
