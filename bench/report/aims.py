@@ -79,10 +79,13 @@ def _react(results: Results) -> Judgement:
     # HTTP, the scripted server); what Shuttle adds is the difference, at every K.
     bare = [per_iteration["bare"][str(k)]["median"] for k in figures["ks"]]
     added = [o - b for o, b in zip(ours, bare, strict=True)]
-    measured = "; ".join(
-        f"K={k}: {number(o, 2)} vs bare {number(b, 2)} (added {number(a, 2)})"
-        for k, o, b, a in zip(figures["ks"], ours, bare, added, strict=True)
-    ) + " ms"
+    measured = (
+        "; ".join(
+            f"K={k}: {number(o, 2)} vs bare {number(b, 2)} (added {number(a, 2)})"
+            for k, o, b, a in zip(figures["ks"], ours, bare, added, strict=True)
+        )
+        + " ms"
+    )
     fit = figures.get("fit", {})
     if "shuttle" in fit:
         measured += f"; fixed per run {number(fit['shuttle']['fixed_ms'], 1)} ms"
