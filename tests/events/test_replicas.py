@@ -47,12 +47,23 @@ class EventsProcess:
         self.process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "services.events", cwd=REPO, env=self.env
         )
+        # A connection made while the new process is still binding can be reset (seen after a
+        # kill -9 on a loaded machine): ask again until it answers, within one deadline.
+        deadline = asyncio.get_running_loop().time() + 60
         async with grpc.aio.insecure_channel(self.target) as channel:
-            await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service="shuttle.v1.EventService"),
-                wait_for_ready=True,
-                timeout=60,
-            )
+            while True:
+                try:
+                    await health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(service="shuttle.v1.EventService"),
+                        wait_for_ready=True,
+                        timeout=max(deadline - asyncio.get_running_loop().time(), 0.1),
+                    )
+                    return
+                except grpc.aio.AioRpcError as exc:
+                    late = asyncio.get_running_loop().time() >= deadline
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE or late:
+                        raise
+                    await asyncio.sleep(0.1)
 
     async def kill(self) -> None:
         assert self.process is not None
