@@ -68,21 +68,16 @@ class LeaseKeeper:
     def _interval(self) -> float:
         return self._leasing.ttl_seconds / 3
 
-    async def start(self) -> None:
-        """Take the lease, then keep it: a refusal cancels the calling task (the run)."""
+    def start(self) -> None:
+        """Take the lease, then keep it: a refusal cancels the calling task (the run).
+
+        The run does not wait for the first grant: its workflow was just created, so no other
+        replica holds the lease, and a refusal cancels the run whenever it comes.
+        """
         run = asyncio.current_task()
         assert run is not None
         self._run = run
-        delay = self._interval
-        try:
-            await self._renew()
-        except LeaseRefused as refused:
-            self._give_up(refused)
-            return
-        except Exception as exc:
-            log.warning("could not take the run lease; retrying", extra={"error": str(exc)})
-            delay = min(RETRY_SECONDS, self._interval)
-        self._schedule(delay)
+        self._start_renewal()
 
     async def stop(self) -> None:
         self._stopped = True

@@ -250,7 +250,7 @@ class RunManager:
             lease = self._leasing.keeper(workflow_id, request.tenant_id, lambda: reporter.ended)
         try:
             if lease is not None:
-                await lease.start()
+                lease.start()
             route = (
                 await self._router.route(
                     workflow_id, request.query, request.mode, request.tenant_id

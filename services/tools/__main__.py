@@ -119,8 +119,9 @@ async def build(settings: Settings) -> GrpcService:
     return service_for(
         host,
         approvals,
-        on_stop=[providers.close, events_channel.close, close_buckets, engine.dispose],
-        cleaner=WorkflowDataCleaner(config.workspaces, engine),
+        # The hooks drain first: queued audit rows are written before the database closes.
+        on_stop=[chain.drain, providers.close, events_channel.close, close_buckets, engine.dispose],
+        cleaner=WorkflowDataCleaner(config.workspaces, engine, chain),
     )
 
 

@@ -14,6 +14,7 @@ from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.tools.db import tool_approvals, tool_audit
+from services.tools.hooks.chain import HookChain
 from services.tools.workspace import Workspaces
 
 
@@ -24,14 +25,23 @@ class Forgotten:
 
 
 class WorkflowDataCleaner:
-    def __init__(self, workspaces: Workspaces | None, engine: AsyncEngine | None) -> None:
+    def __init__(
+        self,
+        workspaces: Workspaces | None,
+        engine: AsyncEngine | None,
+        hooks: HookChain | None = None,
+    ) -> None:
         self._workspaces = workspaces
         self._engine = engine
+        self._hooks = hooks
 
     async def forget(self, tenant_id: str, workflow_ids: Collection[str]) -> Forgotten:
         """Delete the tenant's workspaces, audit records and approvals of these workflows;
         rows and directories are keyed by tenant, so another tenant's are never reached."""
         records = 0
+        if self._hooks is not None:
+            # Audit rows still queued would otherwise land after the delete.
+            await self._hooks.drain()
         if self._engine is not None and workflow_ids:
             async with self._engine.begin() as conn:
                 for table in (tool_audit, tool_approvals):

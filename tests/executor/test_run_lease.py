@@ -6,15 +6,19 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
 
 from services.executor.grpc_clients import GrpcRunLeases
 from services.executor.lease import Leasing
 from services.executor.runs import RunManager, RunRequest
 from shuttle.envelope import type_value
 from shuttle.llm.openai_model import OpenAIModel
-from shuttle.v1 import common_pb2, events_pb2
-from tests.executor.conftest import TENANT, Backends, types_of
+from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
+from tests.executor.conftest import TENANT, Backends, first, types_of
 from tests.executor.test_control import gated_script, held_at_work
+from tests.support.agent_model import AgentModel, answer, calc
 from tests.support.scripted_openai import ScriptedOpenAI
 
 OWNER = "executor-under-test"
@@ -100,3 +104,60 @@ async def test_a_run_ended_without_its_executor_is_stopped_quietly(
     ]
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert (await backends.workflow(workflow_id)).status == common_pb2.WORKFLOW_STATUS_FAILED
+
+
+class HeldLeases:
+    """An events service whose RenewLease answers only once released (its only method)."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def renew_lease(
+        self, request: events_pb2.RenewLeaseRequest, _context: grpc.aio.ServicerContext[Any, Any]
+    ) -> events_pb2.Workflow:
+        self.asked.set()
+        await self.release.wait()
+        return events_pb2.Workflow(workflow_id=request.workflow_id)
+
+    def register(self, server: grpc.aio.Server) -> None:
+        renew = grpc.unary_unary_rpc_method_handler(
+            self.renew_lease,
+            request_deserializer=events_pb2.RenewLeaseRequest.FromString,
+            response_serializer=events_pb2.Workflow.SerializeToString,
+        )
+        service = events_pb2.DESCRIPTOR.services_by_name["EventService"].full_name
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(service, {"RenewLease": renew}),)
+        )
+
+
+async def test_a_run_does_not_wait_for_its_lease_to_be_granted(
+    backends: Backends, model: ScriptedOpenAI
+) -> None:
+    model.set_handler(AgentModel(calc("1+1"), answer("2"), synthesis="It is 2."))
+    llm = OpenAIModel(model.base_url, "test-key", "scripted-model", 120.0, 0)
+    leases = HeldLeases()
+    server = grpc.aio.server()
+    leases.register(server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        # The lease's first renewal is held for the whole run (a third of an hour-long lease).
+        leasing = Leasing(GrpcRunLeases(events_pb2_grpc.EventServiceStub(channel)), OWNER, 3600)
+        runs = backends.run_manager(llm, completion_check=False, leasing=leasing)
+        async with asyncio.timeout(60):
+            events = await backends.run_to_end(runs, "1+1")
+
+            async def stopped() -> bool:
+                return runs.active_runs == 0
+
+            await eventually(stopped, "the run to end, its held renewal cancelled")
+        assert leases.asked.is_set() and not leases.release.is_set()
+    finally:
+        leases.release.set()
+        await channel.close()
+        await server.stop(grace=None)
+    assert types_of(events)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
+    assert "It is 2." in first(events, "THREAD_MESSAGE_COMPLETED")["payload"]["content"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,10 @@ def test_deleting_a_session_leaves_no_rows_and_no_files(scripted: ScriptedStack)
     }
     turns_sql = "SELECT count(*) FROM gateway_session_turns WHERE session_id = ?"
     session_sql = "SELECT count(*) FROM gateway_sessions WHERE session_id = ?"
+    # Audit rows are written just after the tool results reach the agent.
+    deadline = time.monotonic() + 30
+    while not scripted.rows(counts["tool_audit"], *workflows) and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert all(scripted.rows(sql, *workflows) > 0 for sql in counts.values())
     assert scripted.rows(turns_sql, session_id) == 2
 

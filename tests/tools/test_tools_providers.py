@@ -6,6 +6,7 @@ hooks of a real deployment (a hooks file, the audit log) apply to them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
@@ -120,11 +121,17 @@ async def execute(
     )
 
 
-async def audit_rows(settings: Settings) -> list[tuple[str, str, str]]:
+async def audit_rows(settings: Settings, count: int) -> list[tuple[str, str, str]]:
+    """The audit log once it holds `count` rows: they are written just after the results."""
     engine = create_engine(settings.sqlalchemy_url)
+    deadline = time.monotonic() + 30
     try:
-        async with engine.connect() as conn:
-            rows = (await conn.execute(select(tool_audit).order_by(tool_audit.c.id))).all()
+        while True:
+            async with engine.connect() as conn:
+                rows = (await conn.execute(select(tool_audit).order_by(tool_audit.c.id))).all()
+            if len(rows) >= count or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.02)
     finally:
         await engine.dispose()
     return [(row.tenant_id, row.tool_name, row.outcome) for row in rows]
@@ -163,7 +170,7 @@ async def test_node_provider_runs_behind_the_hooks(
     assert failed.error == "node_fail: the upstream API rejected the request"
     locked = await execute(stub, "node_fail", {}, tenant="locked")
     assert locked.blocked and locked.block_reason == "failing tools are off for this tenant"
-    assert await audit_rows(settings) == [
+    assert await audit_rows(settings, 3) == [
         ("acme", "node_reverse", "ok"),
         ("acme", "node_fail", "error"),
         ("locked", "node_fail", "blocked"),
@@ -182,7 +189,7 @@ async def check_mcp(stub: ToolServiceAsyncStub, settings: Settings) -> None:
     assert failed.error and "mcp_fail: [redacted] down" in failed.observation
     blocked = await execute(stub, "mcp_fail", {"reason": "x"}, tenant="locked")
     assert blocked.blocked
-    assert [row[2] for row in await audit_rows(settings)] == ["ok", "error", "blocked"]
+    assert [row[2] for row in await audit_rows(settings, 3)] == ["ok", "error", "blocked"]
 
 
 async def test_mcp_server_over_stdio(tmp_path: Path) -> None:

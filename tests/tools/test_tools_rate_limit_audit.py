@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.tools.buckets import MemoryBuckets, RedisBuckets, TokenBuckets
 from services.tools.catalog import ToolRegistry
+from services.tools.cleanup import WorkflowDataCleaner
 from services.tools.db import create_schema, tool_audit
 from services.tools.hooks.audit import AuditHook
 from services.tools.hooks.chain import HookChain
@@ -116,6 +118,7 @@ async def test_audit_row_per_call_including_blocked(
     await host.execute(call("repeat", "acme", text="abcdefgh"))
     await host.execute(call("refuse", "acme"))
     await host.execute(call("boom", "acme"))
+    await chain.drain()
     async with engine.connect() as conn:
         rows = (await conn.execute(select(tool_audit).order_by(tool_audit.c.id))).all()
     assert [(r.tool_name, r.outcome) for r in rows] == [
@@ -133,10 +136,63 @@ async def test_audit_row_per_call_including_blocked(
     assert all(r.duration_ms >= 0 for r in rows)
 
 
-async def test_audit_failure_is_advisory(registry: ToolRegistry, engine: AsyncEngine) -> None:
+async def test_audit_failure_is_advisory(
+    registry: ToolRegistry, engine: AsyncEngine, caplog: pytest.LogCaptureFixture
+) -> None:
     await engine.dispose()
     broken = create_engine("sqlite+aiosqlite:////nonexistent-dir/x.db")
-    host = ToolHost(registry, hooks=HookChain([AuditHook(engine=broken)]))
+    chain = HookChain([AuditHook(engine=broken)])
+    host = ToolHost(registry, hooks=chain)
     result = await host.execute(call("repeat", "acme", text="still works"))
     assert result.ok and result.observation == "still works"
+    await chain.drain()
+    assert "audit rows could not be written" in caplog.text
     await broken.dispose()
+
+
+async def test_fail_closed_audit_withholds_the_result_it_could_not_record(
+    registry: ToolRegistry, engine: AsyncEngine
+) -> None:
+    await engine.dispose()
+    broken = create_engine("sqlite+aiosqlite:////nonexistent-dir/x.db")
+    host = ToolHost(registry, hooks=HookChain([AuditHook(engine=broken, fail_closed=True)]))
+    result = await host.execute(call("repeat", "acme", text="secret"))
+    assert result.error and "secret" not in result.observation
+    await broken.dispose()
+
+
+async def test_fail_closed_audit_row_is_written_before_the_result(
+    registry: ToolRegistry, engine: AsyncEngine
+) -> None:
+    host = ToolHost(registry, hooks=HookChain([AuditHook(engine=engine, fail_closed=True)]))
+    await host.execute(call("repeat", "acme", text="at once"))
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(tool_audit))).all()
+    assert [(r.tool_name, r.result) for r in rows] == [("repeat", "at once")]
+
+
+async def test_a_burst_of_calls_gets_every_audit_row_once(
+    registry: ToolRegistry, engine: AsyncEngine
+) -> None:
+    chain = HookChain([AuditHook(engine=engine)])
+    host = ToolHost(registry, hooks=chain)
+    texts = [f"call {n}" for n in range(1200)]
+    await asyncio.gather(*(host.execute(call("repeat", "acme", text=t)) for t in texts))
+    await chain.drain()
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(tool_audit))).all()
+    assert sorted(r.result for r in rows) == sorted(texts)
+
+
+async def test_forgetting_a_workflow_waits_for_its_queued_audit_rows(
+    registry: ToolRegistry, engine: AsyncEngine
+) -> None:
+    chain = HookChain([AuditHook(engine=engine)])
+    host = ToolHost(registry, hooks=chain)
+    cleaner = WorkflowDataCleaner(None, engine, chain)
+    await host.execute(call("repeat", "acme", text="forget me"))
+    forgotten = await cleaner.forget("acme", ["wf-9"])
+    await chain.drain()
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(tool_audit))).all()
+    assert forgotten.records == 1 and rows == []

@@ -110,3 +110,6 @@ class Hook:
 
     async def post(self, ctx: HookContext, record: CallRecord) -> PostResult | None:
         return None
+
+    async def drain(self) -> None:
+        """Wait for what `post` left to finish in the background (none by default)."""

@@ -37,6 +37,11 @@ class HookChain:
     def hooks_for(self, tool_name: str, tenant_id: str) -> list[Hook]:
         return [hook for hook in self._hooks if hook.applies_to(tool_name, tenant_id)]
 
+    async def drain(self) -> None:
+        """Wait for the hooks' background work (queued audit rows) to finish."""
+        for hook in self._hooks:
+            await hook.drain()
+
     async def run_pre(self, ctx: HookContext) -> PreOutcome:
         """PreToolUse: the first block wins; rewrites feed the hooks after them."""
         arguments, rewritten = ctx.arguments, False
