@@ -129,7 +129,7 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
             async for batch in batches:
                 for part in _parts(batch):
                     yield events_pb2.EventBatch(events=[event_message(e) for e in part])
-        except (EventsError, SQLAlchemyError) as exc:
+        except (EventsError, SQLAlchemyError, OSError) as exc:
             await _abort(context, exc)
 
     async def List(

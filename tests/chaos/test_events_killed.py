@@ -8,9 +8,9 @@ import time
 import pytest
 
 from tests.chaos.conftest import Scale
-from tests.chaos.faults import kill_and_restart
 from tests.chaos.harness import assert_clean, record_row, wait_for_progress
 from tests.chaos.scenario import scenario
+from tests.support.processes import restart_supervised
 from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
@@ -26,7 +26,7 @@ async def test_no_event_is_lost_or_duplicated_when_the_events_service_is_killed(
         await chaos.wait_until_mid_run()
         at_fault = await chaos.positions()
         killed_at = time.monotonic()
-        await asyncio.to_thread(kill_and_restart, embedded_stack, "events")
+        await asyncio.to_thread(restart_supervised, embedded_stack.supervisor, "events")
         await wait_for_progress(chaos.subscriptions, at_fault, "subscribers resume")
         recovery = time.monotonic() - killed_at
         audits = await chaos.finish()

@@ -33,21 +33,31 @@ def start_service_process(
         stdout=log,
         stderr=subprocess.STDOUT,
     )
+    try:
+        wait_until_serving(process, port, timeout_seconds)
+    except RuntimeError as exc:
+        process.kill()
+        raise RuntimeError(f"{service} {exc}: {log_path.read_text()[-2000:]}") from None
+    return process, port
+
+
+def wait_until_serving(process: subprocess.Popen[bytes], port: int, timeout_seconds: float) -> None:
+    """Poll the process's health check until it says SERVING; RuntimeError if it exits or
+    the time runs out (the message says which)."""
     deadline = time.monotonic() + timeout_seconds
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         health = health_pb2_grpc.HealthStub(channel)
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"{service} exited early: {log_path.read_text()[-2000:]}")
+                raise RuntimeError("exited before serving")
             try:
                 reply = health.Check(health_pb2.HealthCheckRequest(), timeout=1)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return process, port
+                    return
             except grpc.RpcError:
                 pass
             if time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"{service} did not become healthy: {log_path.read_text()}")
+                raise RuntimeError(f"did not become healthy in {timeout_seconds:.0f} s")
             time.sleep(0.1)
 
 
@@ -78,19 +88,8 @@ def restart_supervised(supervisor: Supervisor, name: str, timeout_seconds: float
     log.close()  # the child holds its own copy
     supervisor.processes[name] = process
     _, port = supervisor.settings.grpc_bind(name)
-    deadline = time.monotonic() + timeout_seconds
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        while True:
-            if process.poll() is not None:
-                output = log_path.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"{name} exited while restarting: {output}")
-            try:
-                reply = health.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name} did not become healthy again")
-            time.sleep(0.1)
+    try:
+        wait_until_serving(process, port, timeout_seconds)
+    except RuntimeError as exc:
+        output = log_path.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{name} restarted but {exc}: {output}") from None
