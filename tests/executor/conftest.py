@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -184,16 +185,27 @@ async def start_backends(
     return backends, services
 
 
+@asynccontextmanager
+async def running_backends(
+    data_dir: Path, planner_model_url: str = "", tool_hooks: str = ""
+) -> AsyncIterator[Backends]:
+    """`start_backends`, stopped again (executors, channels, services) on the way out."""
+    started, services = await start_backends(data_dir, planner_model_url, tool_hooks)
+    try:
+        yield started
+    finally:
+        for executor in started.executors:
+            await executor.stop(0)
+        for channel in started.channels:
+            await channel.close()
+        for service in reversed(services):
+            await service.stop(0)
+
+
 @pytest.fixture
 async def backends(tmp_path: Path) -> AsyncIterator[Backends]:
-    started, services = await start_backends(tmp_path)
-    yield started
-    for executor in started.executors:
-        await executor.stop(0)
-    for channel in started.channels:
-        await channel.close()
-    for service in reversed(services):
-        await service.stop(0)
+    async with running_backends(tmp_path) as started:
+        yield started
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from services.executor.dag.steps import StepLimits
 from services.executor.runs import RunRequest
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import common_pb2, events_pb2, executor_pb2
-from tests.executor.conftest import TENANT, Backends, first, of_type, start_backends, types_of
+from tests.executor.conftest import TENANT, Backends, first, of_type, running_backends, types_of
 from tests.support.scripted_openai import Reply, error, text, tool_call
 from tests.support.team_model import TeamModel, TimedScriptedOpenAI, plan, verdict
 
@@ -55,14 +55,8 @@ def server(team: TeamModel) -> Iterator[TimedScriptedOpenAI]:
 
 @pytest.fixture
 async def dag(tmp_path: Path, server: TimedScriptedOpenAI) -> AsyncIterator[Backends]:
-    started, services = await start_backends(tmp_path, server.base_url)
-    yield started
-    for executor in started.executors:
-        await executor.stop(0)
-    for channel in started.channels:
-        await channel.close()
-    for service in reversed(services):
-        await service.stop(0)
+    async with running_backends(tmp_path, server.base_url) as started:
+        yield started
 
 
 def executor_model(server: TimedScriptedOpenAI) -> OpenAIModel:

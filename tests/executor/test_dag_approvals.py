@@ -13,7 +13,7 @@ import pytest
 from services.executor.runs import RunRequest
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
-from tests.executor.conftest import TENANT, Backends, first, of_type, start_backends, types_of
+from tests.executor.conftest import TENANT, Backends, first, of_type, running_backends, types_of
 from tests.support.scripted_openai import text, tool_call
 from tests.support.team_model import TeamModel, TimedScriptedOpenAI, plan
 from tests.tools.approval_support import HOOKS_GATING_CALCULATOR
@@ -37,14 +37,10 @@ def server(team: TeamModel) -> Iterator[TimedScriptedOpenAI]:
 
 @pytest.fixture
 async def dag(tmp_path: Path, server: TimedScriptedOpenAI) -> AsyncIterator[Backends]:
-    started, services = await start_backends(
+    async with running_backends(
         tmp_path, server.base_url, tool_hooks=HOOKS_GATING_CALCULATOR
-    )
-    yield started
-    for channel in started.channels:
-        await channel.close()
-    for service in reversed(services):
-        await service.stop(0)
+    ) as started:
+        yield started
 
 
 def of_agent(events: list[dict[str, Any]], type_: str, agent_id: str) -> dict[str, Any]:

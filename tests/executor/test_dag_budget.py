@@ -14,7 +14,7 @@ import pytest
 from services.executor.runs import RunRequest
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import common_pb2
-from tests.executor.conftest import TENANT, Backends, first, of_type, start_backends, types_of
+from tests.executor.conftest import TENANT, Backends, first, of_type, running_backends, types_of
 from tests.support.scripted_openai import text, tool_call
 from tests.support.team_model import TeamModel, TimedScriptedOpenAI, plan, verdict
 
@@ -38,12 +38,8 @@ def server(team: TeamModel) -> Iterator[TimedScriptedOpenAI]:
 
 @pytest.fixture
 async def dag(tmp_path: Path, server: TimedScriptedOpenAI) -> AsyncIterator[Backends]:
-    started, services = await start_backends(tmp_path, server.base_url)
-    yield started
-    for channel in started.channels:
-        await channel.close()
-    for service in reversed(services):
-        await service.stop(0)
+    async with running_backends(tmp_path, server.base_url) as started:
+        yield started
 
 
 def patient_model(server: TimedScriptedOpenAI) -> OpenAIModel:
