@@ -6,8 +6,6 @@ event by event, so whatever remains of a log is still gap-free from seq 1.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -16,6 +14,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .models import appends, events, tool_results, workflows
+from .periodic import Periodic
 from .store import Clock, utc_now
 
 log = logging.getLogger(__name__)
@@ -52,19 +51,14 @@ class RetentionTask:
     ) -> None:
         self._engine = engine
         self._retention = timedelta(days=retention_days)
-        self._interval = interval_seconds
         self._clock = clock
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = Periodic("retention purge", self.run_once, interval_seconds)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        self._periodic.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._periodic.stop()
 
     async def run_once(self) -> PurgeReport:
         report = await purge(self._engine, self._clock() - self._retention)
@@ -74,12 +68,3 @@ class RetentionTask:
                 extra={"workflows": report.workflows, "events": report.events},
             )
         return report
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except Exception:
-                # A failed purge (database briefly away) is retried at the next interval.
-                log.exception("retention purge failed")
-            await asyncio.sleep(self._interval)

@@ -9,8 +9,6 @@ and another replica finishes the job.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 from datetime import timedelta
@@ -18,6 +16,7 @@ from datetime import timedelta
 from .errors import FailedPrecondition
 from .leases import ExpiredLease, LeaseStore
 from .log import EventLog
+from .periodic import Periodic
 from .records import NewEvent
 
 log = logging.getLogger(__name__)
@@ -60,21 +59,20 @@ class LeaseSweeper:
     ) -> None:
         self._leases = leases
         self._log = event_log
-        self._interval = interval_seconds
         self._batch = batch
         # Long enough for one append; past it another replica may take the claim over.
         self._hold = timedelta(seconds=max(2 * interval_seconds, 10.0))
-        self._task: asyncio.Task[None] | None = None
+        # The first pass waits an interval too: after this service restarts, executors that
+        # were cut off get to renew before their leases are judged.
+        self._periodic = Periodic(
+            "lease sweep", self.sweep_once, interval_seconds, first_pass_at_once=False
+        )
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="lease-sweeper")
+        self._periodic.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._periodic.stop()
 
     async def sweep_once(self) -> list[str]:
         """End the runs whose lease lapsed; the ids this replica ended."""
@@ -92,14 +90,3 @@ class LeaseSweeper:
             )
             ended.append(lease.workflow_id)
         return ended
-
-    async def _run(self) -> None:
-        while True:
-            # The first pass waits an interval too: after this service restarts, executors
-            # that were cut off get to renew before their leases are judged.
-            await asyncio.sleep(self._interval)
-            try:
-                await self.sweep_once()
-            except Exception:
-                # A database briefly away: the next pass tries again.
-                log.exception("lease sweep failed")
