@@ -40,6 +40,7 @@ from shuttle.v1 import (
     tools_pb2_grpc,
 )
 from tests.support.scripted_openai import ScriptedOpenAI
+from tests.support.team_model import TeamModel, TimedScriptedOpenAI
 
 TENANT = "tenant-a"
 EVENT_WAIT_SECONDS = 60
@@ -200,6 +201,22 @@ async def running_backends(
             await channel.close()
         for service in reversed(services):
             await service.stop(0)
+
+
+# The DAG test modules: each defines a `team` fixture (the scripted planner, steps and
+# reviewer); modules testing the ReAct engine define a `server` of their own instead.
+@pytest.fixture
+def server(team: TeamModel) -> Iterator[TimedScriptedOpenAI]:
+    started = TimedScriptedOpenAI(team)
+    started.start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+async def dag(tmp_path: Path, server: TimedScriptedOpenAI) -> AsyncIterator[Backends]:
+    async with running_backends(tmp_path, server.base_url) as started:
+        yield started
 
 
 @pytest.fixture

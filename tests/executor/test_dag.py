@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +14,7 @@ from services.executor.dag.steps import StepLimits
 from services.executor.runs import RunRequest
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import common_pb2, events_pb2, executor_pb2
-from tests.executor.conftest import TENANT, Backends, first, of_type, running_backends, types_of
+from tests.executor.conftest import TENANT, Backends, first, of_type, types_of
 from tests.support.scripted_openai import Reply, error, text, tool_call
 from tests.support.team_model import TeamModel, TimedScriptedOpenAI, plan, verdict
 
@@ -43,20 +41,6 @@ TEAM_FIELDS = {
 @pytest.fixture
 def team() -> TeamModel:
     return TeamModel(plans=[])
-
-
-@pytest.fixture
-def server(team: TeamModel) -> Iterator[TimedScriptedOpenAI]:
-    started = TimedScriptedOpenAI(team)
-    started.start()
-    yield started
-    started.stop()
-
-
-@pytest.fixture
-async def dag(tmp_path: Path, server: TimedScriptedOpenAI) -> AsyncIterator[Backends]:
-    async with running_backends(tmp_path, server.base_url) as started:
-        yield started
 
 
 def executor_model(server: TimedScriptedOpenAI) -> OpenAIModel:

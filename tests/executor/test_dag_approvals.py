@@ -4,7 +4,7 @@ tools (with an approval hook) and planner services; the scripted OpenAI-compatib
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,6 @@ def team() -> TeamModel:
         plans=[plan(("s1", "Compute 6*7", []), ("s2", "Research B", []))],
         steps={"s1": [tool_call("calculator", {"expression": "6*7"}), text("It is 42.")]},
     )
-
-
-@pytest.fixture
-def server(team: TeamModel) -> Iterator[TimedScriptedOpenAI]:
-    started = TimedScriptedOpenAI(team)
-    started.start()
-    yield started
-    started.stop()
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ model call answered by the scripted OpenAI-compatible server, each reporting the
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from services.executor.runs import RunRequest
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import common_pb2
-from tests.executor.conftest import TENANT, Backends, first, of_type, running_backends, types_of
+from tests.executor.conftest import TENANT, Backends, first, of_type, types_of
 from tests.support.scripted_openai import text, tool_call
 from tests.support.team_model import TeamModel, TimedScriptedOpenAI, plan, verdict
 
@@ -26,20 +24,6 @@ CALCULATE = tool_call("calculator", {"expression": "6*7"})
 @pytest.fixture
 def team() -> TeamModel:
     return TeamModel(plans=[], tokens_per_call=CALL_TOKENS)
-
-
-@pytest.fixture
-def server(team: TeamModel) -> Iterator[TimedScriptedOpenAI]:
-    started = TimedScriptedOpenAI(team)
-    started.start()
-    yield started
-    started.stop()
-
-
-@pytest.fixture
-async def dag(tmp_path: Path, server: TimedScriptedOpenAI) -> AsyncIterator[Backends]:
-    async with running_backends(tmp_path, server.base_url) as started:
-        yield started
 
 
 def patient_model(server: TimedScriptedOpenAI) -> OpenAIModel:
