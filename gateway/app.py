@@ -21,6 +21,7 @@ from gateway.db import create_schema
 from gateway.errors import install_error_handlers
 from gateway.grpc_web import GrpcWebProxy
 from gateway.keys import KeyStore
+from gateway.openapi import install_openapi
 from gateway.ratelimit import RateLimiter
 from gateway.session_store import SessionStore
 from gateway.task_index import TaskIndex
@@ -83,6 +84,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
     app.state.rate_limiter = RateLimiter(settings.rate_limit)
     app.state.grpc_web = GrpcWebProxy()
     install_error_handlers(app)
+    install_openapi(app)
     if settings.cors_origin_list:
         app.add_middleware(
             CORSMiddleware,

@@ -10,6 +10,7 @@ task and session APIs too.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -32,6 +33,12 @@ from shuttle.v1 import events_pb2
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 AUTO_MODEL = "shuttle-auto"
+OPENAI_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "invalid request"},
+    401: {"description": "authentication required"},
+    404: {"description": "no such model"},
+    429: {"description": "rate limited (see Retry-After)"},
+}
 
 
 class ChatMessageIn(BaseModel):
@@ -88,7 +95,7 @@ def task_of(body: ChatCompletionRequest, settings: Settings) -> TaskSpec:
     return TaskSpec(query=query, model=model, earlier=earlier)
 
 
-@router.get("/models")
+@router.get("/models", responses=OPENAI_ERRORS)
 async def list_models(caller: CallerDep, request: Request) -> dict[str, Any]:
     """The models a chat completion may name."""
     settings: Settings = request.app.state.settings
@@ -116,15 +123,23 @@ async def _events(
         call.cancel()
 
 
-def _usage(payload: dict[str, Any]) -> dict[str, int]:
+def chat_usage(payload: dict[str, Any]) -> dict[str, int]:
     return {
-        "prompt_tokens": int(payload.get("input_tokens", 0)),
-        "completion_tokens": int(payload.get("output_tokens", 0)),
-        "total_tokens": int(payload.get("total_tokens", 0)),
+        "prompt_tokens": _token_count(payload.get("input_tokens")),
+        "completion_tokens": _token_count(payload.get("output_tokens")),
+        "total_tokens": _token_count(payload.get("total_tokens")),
     }
 
 
-@router.post("/chat/completions")
+def _token_count(value: Any) -> int:
+    """A usage figure as the OpenAI schema types it; 0 for what no producer should send
+    (any producer may append events, so the payload is not trusted to be well typed)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return max(int(value), 0) if math.isfinite(value) else 0
+
+
+@router.post("/chat/completions", responses=OPENAI_ERRORS)
 async def chat_completions(
     body: ChatCompletionRequest,
     caller: CallerDep,
@@ -150,13 +165,13 @@ async def chat_completions(
         return EventSourceResponse(
             _chunks(events, base, include_usage), ping=15, headers={"Cache-Control": "no-cache"}
         )
-    answer, usage, failure = "", _usage({}), ""
+    answer, usage, failure = "", chat_usage({}), ""
     async for kind, payload in events:
         if kind == "THREAD_MESSAGE_COMPLETED":
             answer = str(payload.get("content", ""))
         elif kind == "WORKFLOW_COMPLETED":
             answer = str(payload.get("result", answer))
-            usage = _usage(payload)
+            usage = chat_usage(payload)
         elif kind == "ERROR_OCCURRED" and payload.get("fatal"):
             failure = str(payload.get("error_message", "the run failed"))
         elif kind == "WORKFLOW_CANCELLED":
@@ -201,7 +216,7 @@ async def _chunks(
                 yield chunk({}, "stop")
                 if include_usage:
                     usage_chunk = {**base, "object": "chat.completion.chunk", "choices": []}
-                    usage_chunk["usage"] = _usage(payload)
+                    usage_chunk["usage"] = chat_usage(payload)
                     yield ServerSentEvent(data=json.dumps(usage_chunk))
             elif (kind == "ERROR_OCCURRED" and payload.get("fatal")) or (
                 kind == "WORKFLOW_CANCELLED"

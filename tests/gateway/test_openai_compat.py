@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import openai
 import pytest
 
+from gateway.openai_compat import chat_usage
 from tests.gateway.conftest import AuthStack
 
 pytestmark = pytest.mark.integration
@@ -67,3 +70,21 @@ def test_errors_come_back_as_openai_errors(auth_stack: AuthStack) -> None:
         )
     with pytest.raises(openai.AuthenticationError):
         client_for(auth_stack, "sk-shuttle-wrong").models.list()
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        ({"input_tokens": 12, "output_tokens": 3, "total_tokens": 15}, (12, 3, 15)),
+        ({"input_tokens": 12.0, "output_tokens": -4, "total_tokens": float("nan")}, (12, 0, 0)),
+        ({"input_tokens": "12", "output_tokens": None, "total_tokens": True}, (0, 0, 0)),
+        ({"input_tokens": "many", "output_tokens": [1], "total_tokens": {"n": 1}}, (0, 0, 0)),
+        ({}, (0, 0, 0)),
+    ],
+)
+def test_usage_reads_only_well_typed_counts(
+    payload: dict[str, Any], expected: tuple[int, ...]
+) -> None:
+    """Any producer may append WORKFLOW_COMPLETED: a malformed usage must not break the reply."""
+    usage = chat_usage(payload)
+    assert (usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]) == expected

@@ -149,6 +149,7 @@ def fuzz_operation(
         if status >= 400:
             error = response.json()["error"]
             assert error["code"] and error["message"], where
+            assert str(status) in operation.definition.raw["responses"], f"undocumented: {where}"
         if name in PUBLIC:
             return
         if auth in ("none", "unknown_key"):

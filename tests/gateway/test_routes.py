@@ -121,3 +121,26 @@ def test_operations_endpoints(gateway: str) -> None:
     nowhere = httpx.get(f"{gateway}/api/v1/nowhere")
     assert nowhere.status_code == 404
     assert nowhere.json()["error"]["code"] == "not_found"
+
+
+def test_the_published_schema_documents_the_errors_the_gateway_sends(gateway: str) -> None:
+    """Invalid input is answered 400 with the JSON error body, and the schema says so
+    (FastAPI alone would publish a 422 with a body the gateway never sends)."""
+    schema = httpx.get(f"{gateway}/openapi.json").json()
+    assert "HTTPValidationError" not in str(schema)
+    error_body = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            where = f"{method.upper()} {path}"
+            if operation.get("parameters") or operation.get("requestBody"):
+                assert "400" in operation["responses"], where
+            for status, response in operation["responses"].items():
+                if int(status) >= 400:
+                    assert response.get("content") == error_body, f"{where} {status}"
+    invalid = httpx.post(f"{gateway}/api/v1/tasks", json={"query": 5})
+    assert invalid.status_code == 400
+    assert schema["paths"]["/api/v1/tasks"]["post"]["responses"]["400"]
+    error = invalid.json()["error"]
+    assert set(error) == set(
+        schema["components"]["schemas"]["Error"]["properties"]["error"]["required"]
+    )
