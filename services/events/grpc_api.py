@@ -192,7 +192,8 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
         COMMAND_FEEDS.inc()
         try:
             async for item in watches.items():
-                yield _feed_message(item)
+                for message in _feed_messages(item):
+                    yield message
         finally:
             COMMAND_FEEDS.dec()
             reader.cancel()
@@ -222,17 +223,23 @@ async def _read_watches(
         watches.finish()
 
 
-def _feed_message(item: WatchItem) -> events_pb2.CommandFeed:
-    message = events_pb2.CommandFeed(
+def _feed_messages(item: WatchItem) -> Iterator[events_pb2.CommandFeed]:
+    """The item in messages under the size limit, its end or error on the last one."""
+    parts = list(_parts(list(item.events))) or [[]]
+    for part in parts[:-1]:
+        yield events_pb2.CommandFeed(
+            workflow_id=item.workflow_id, events=[event_message(e) for e in part]
+        )
+    last = events_pb2.CommandFeed(
         workflow_id=item.workflow_id,
-        events=[event_message(e) for e in item.events],
+        events=[event_message(e) for e in parts[-1]],
         ended=item.ended,
     )
     if item.error is not None:
         code, details = _status(item.error)
-        message.error.code = code.value[0]
-        message.error.message = details
-    return message
+        last.error.code = code.value[0]
+        last.error.message = details
+    yield last
 
 
 def _status(exc: Exception) -> tuple[grpc.StatusCode, str]:

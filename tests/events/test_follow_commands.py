@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from services.events.grpc_api import MAX_BATCH_MESSAGE_BYTES
 from shuttle.envelope import type_name
 from shuttle.grpc_client import tenant_metadata
 from shuttle.metrics import COMMAND_WATCHES
@@ -131,4 +132,21 @@ async def test_another_tenants_workflow_is_not_found(stub: Stub) -> None:
     feed.watch("wf-1", tenant="t2")
     item = await feed.next()
     assert (item.workflow_id, item.error.code) == ("wf-1", grpc.StatusCode.NOT_FOUND.value[0])
+    feed.call.cancel()
+
+
+async def test_large_commands_are_split_across_messages_with_the_end_on_the_last(
+    stub: Stub,
+) -> None:
+    await create(stub)
+    big = "x" * (MAX_BATCH_MESSAGE_BYTES // 2)
+    messages = [draft("MESSAGE_RECEIVED", {"from": "user", "content": big}) for _ in range(5)]
+    await append(stub, *messages, *FINISH)
+    feed = Watcher(stub)
+    feed.watch("wf-1")
+    got = [await feed.next()]
+    while not got[-1].ended:
+        got.append(await feed.next())
+    assert len(got) >= 3  # at most two such events fit one message
+    assert [seq for item in got for seq, _ in commands(item)] == [1, 2, 3, 4, 5]
     feed.call.cancel()
