@@ -43,6 +43,7 @@ class CommandWatches:
         self._queue: asyncio.Queue[WatchItem | None] = asyncio.Queue(queue_max)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._finishing = False
+        self._closed = False
         self._closer: asyncio.Task[None] | None = None
 
     def watch(self, workflow_id: str, tenant_id: str, from_seq: int) -> None:
@@ -69,6 +70,7 @@ class CommandWatches:
             yield item
 
     async def close(self) -> None:
+        self._closed = True
         tasks = list(self._tasks.values())
         for workflow_id in list(self._tasks):
             self.unwatch(workflow_id)
@@ -91,7 +93,7 @@ class CommandWatches:
         self._end_if_idle()
 
     def _end_if_idle(self) -> None:
-        if self._finishing and not self._tasks and self._closer is None:
+        if self._finishing and not self._tasks and self._closer is None and not self._closed:
             # A task, since the queue may be full: the end comes after what is queued.
             self._closer = asyncio.create_task(self._queue.put(None))
 
