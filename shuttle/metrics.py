@@ -30,6 +30,10 @@ EVENTS_APPENDED = Counter("shuttle_events_appended_total", "Events appended by t
 SUBSCRIBER_CATCHUPS = Counter(
     "shuttle_subscriber_catchups_total", "Stream readers that fell behind and read from SQL."
 )
+COMMAND_FEEDS = Gauge("shuttle_events_command_feeds", "Open FollowCommands calls.")
+COMMAND_WATCHES = Gauge(
+    "shuttle_events_command_watches", "Workflows whose commands a FollowCommands call follows."
+)
 SUBSCRIBER_LAG = Histogram(
     "shuttle_subscriber_lag_events",
     "How far behind the newest event a stream reader was when it read.",

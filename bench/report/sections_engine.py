@@ -281,8 +281,8 @@ tool round in its history. Runs start over `ExecutorService.StartRun` in four st
 each, once the model holds every started run's call, the benchmark reads each process's
 resident memory. A few complete runs first warm imports and pools into the baseline. Each
 in-flight run is, in the executor, a task with its conversation, an HTTP request to the
-model, and a gRPC stream following the run's command events (pause, cancel, interrupts); in
-the events service, that stream.
+model, and a watch on the process's one command stream (`EventService.FollowCommands`:
+pause, cancel, interrupts); in the events service, the task following that watch.
 """
     if figures is None:
         return head + "\n" + missing("run_memory")

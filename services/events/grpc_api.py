@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -14,9 +15,11 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlch
 
 from shuttle.envelope import stream_id, type_name, type_value
 from shuttle.grpc_client import TENANT_METADATA_KEY
+from shuttle.metrics import COMMAND_FEEDS
 from shuttle.telemetry import current_trace_id
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
+from .command_watches import CommandWatches, WatchItem
 from .errors import AlreadyExists, EventsError, FailedPrecondition, InvalidArgument, NotFound
 from .leases import LeaseStore
 from .log import EventLog
@@ -177,6 +180,76 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
             self._leases.renew(request.workflow_id, tenant, request.owner, request.ttl_ms),
         )
         return workflow_message(record)
+
+    async def FollowCommands(
+        self,
+        request_iterator: AsyncIterable[events_pb2.CommandWatch],
+        context: grpc.aio.ServicerContext[events_pb2.CommandWatch, events_pb2.CommandFeed],
+    ) -> AsyncIterator[events_pb2.CommandFeed]:
+        caller = await _tenant(context, "")
+        watches = CommandWatches(self._log)
+        reader = asyncio.create_task(_read_watches(request_iterator, watches, caller))
+        COMMAND_FEEDS.inc()
+        try:
+            async for item in watches.items():
+                for message in _feed_messages(item):
+                    yield message
+        finally:
+            COMMAND_FEEDS.dec()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            await watches.close()
+
+
+async def _read_watches(
+    requests: AsyncIterable[events_pb2.CommandWatch], watches: CommandWatches, caller: str
+) -> None:
+    try:
+        async for request in requests:
+            action = request.WhichOneof("action")
+            if action == "watch":
+                watch = request.watch
+                if caller and watch.tenant_id and watch.tenant_id != caller:
+                    mismatch = InvalidArgument(
+                        f"tenant_id {watch.tenant_id!r} differs from the {TENANT_METADATA_KEY} "
+                        f"metadata {caller!r}: send one tenant"
+                    )
+                    watches.refuse(watch.workflow_id, mismatch)
+                else:
+                    watches.watch(watch.workflow_id, caller or watch.tenant_id, watch.from_seq)
+            elif action == "unwatch":
+                watches.unwatch(request.unwatch.workflow_id)
+    finally:
+        watches.finish()
+
+
+def _feed_messages(item: WatchItem) -> Iterator[events_pb2.CommandFeed]:
+    """The item in messages under the size limit, its end or error on the last one."""
+    parts = list(_parts(list(item.events))) or [[]]
+    for part in parts[:-1]:
+        yield events_pb2.CommandFeed(
+            workflow_id=item.workflow_id, events=[event_message(e) for e in part]
+        )
+    last = events_pb2.CommandFeed(
+        workflow_id=item.workflow_id,
+        events=[event_message(e) for e in parts[-1]],
+        ended=item.ended,
+    )
+    if item.error is not None:
+        code, details = _status(item.error)
+        last.error.code = code.value[0]
+        last.error.message = details
+    yield last
+
+
+def _status(exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """The status an error stands for, as `_abort` would end a call with it."""
+    if isinstance(exc, EventsError):
+        return _CODES.get(type(exc), grpc.StatusCode.INTERNAL), str(exc)
+    log.error("command watch failed", exc_info=exc)
+    if storage_unavailable(exc):
+        return grpc.StatusCode.UNAVAILABLE, "event storage is unavailable; retry"
+    return grpc.StatusCode.INTERNAL, "event storage failed; see the events log"
 
 
 async def _tenant(context: Context, field_value: str) -> str:

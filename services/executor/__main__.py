@@ -49,8 +49,8 @@ async def build(settings: Settings) -> GrpcService:
     events_channel = open_channel(settings.grpc_target("events"))
     tools_channel = open_channel(settings.grpc_target("tools"))
     planner_channel = open_channel(settings.grpc_target("planner"))
-    # Each run follows its log for commands over a stream that lasts as long as the run and
-    # carries no work of its own: untraced, such a stream holds no span and no interceptor.
+    # The command feed is one stream for the life of the process that carries no work of its
+    # own: untraced, it holds no span and no interceptor.
     commands_channel = grpc.aio.insecure_channel(
         settings.grpc_target("events"), options=CHANNEL_OPTIONS
     )

@@ -1,12 +1,15 @@
-"""The owning run follows its own log for commands: control events and user interrupts.
+"""The owning runs follow their logs for commands: control events and user interrupts.
 
-Any replica may append them (DESIGN §2); this is how the replica running the workflow sees
-them. A broken stream (an events service restart) is resumed from the next seq.
+Any replica may append them (DESIGN §2); this is how the replica running a workflow sees
+them. One feed per process carries the commands of every run it owns: a stream per run
+held a gRPC call's memory for the whole run. A broken feed (an events service restart) is
+opened again and every run watched again from the seq after the last one it received.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -29,18 +32,48 @@ class LogCommand:
     payload: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Watch:
+    workflow_id: str
+    tenant_id: str
+    from_seq: int
+
+
+@dataclass(frozen=True)
+class Unwatch:
+    workflow_id: str
+
+
+WatchRequest = Watch | Unwatch
+
+
+@dataclass(frozen=True)
+class FeedItem:
+    """What one watch brought: commands in seq order, and/or the end of the watch."""
+
+    workflow_id: str
+    commands: tuple[LogCommand, ...] = ()
+    ended: bool = False
+    """The log reached STREAM_END."""
+    error: str = ""
+    """The watch failed and is over."""
+    retryable: bool = False
+    """The failure is the log being out of reach for now: watch again later."""
+
+
 class CommandSourceUnavailable(Exception):
-    """The log could not be read for now; following resumes from the next seq."""
+    """The log could not be read for now; the feed opens again."""
 
 
 class CommandSource(Protocol):
-    def follow(self, workflow_id: str, tenant_id: str, from_seq: int) -> AsyncIterator[LogCommand]:
-        """Command events from `from_seq` on, live; ends after the log's STREAM_END."""
+    def follow(self, requests: AsyncIterator[WatchRequest]) -> AsyncIterator[FeedItem]:
+        """One session: the command events of each watched workflow, live, until `requests`
+        ends and every watch is over."""
         ...
 
 
 class RunReceiver:
-    """Where one run's commands land, whichever path brings them."""
+    """Where one run's commands land, whichever path brings them (each taken once by seq)."""
 
     def __init__(self) -> None:
         self.control = RunControl()
@@ -55,27 +88,105 @@ class RunReceiver:
             self.control.apply(command.seq, command.type, reason)
 
 
-async def follow_commands(
-    source: CommandSource, workflow_id: str, tenant_id: str, receiver: RunReceiver
-) -> None:
-    """Feed `receiver` until the log ends (or the task is cancelled with the run)."""
-    next_seq = 1
-    delay = RECONNECT_FIRST_SECONDS
-    while True:
-        try:
-            async for command in source.follow(workflow_id, tenant_id, next_seq):
-                receiver.deliver(command)
-                next_seq = command.seq + 1
-                delay = RECONNECT_FIRST_SECONDS
-            return
-        except CommandSourceUnavailable as exc:
-            log.info(
-                "command stream interrupted, resuming",
-                extra={"workflow_id": workflow_id, "from_seq": next_seq, "error": str(exc)},
+@dataclass
+class _Watched:
+    tenant_id: str
+    receiver: RunReceiver
+    next_seq: int = 1
+
+
+class CommandFeed:
+    """The commands of every registered run over one session, opened on the first
+    registration and closed once nothing is registered."""
+
+    def __init__(self, source: CommandSource) -> None:
+        self._source = source
+        self._watched: dict[str, _Watched] = {}
+        self._requests: asyncio.Queue[WatchRequest | None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def watched(self) -> int:
+        return len(self._watched)
+
+    def register(self, workflow_id: str, tenant_id: str, receiver: RunReceiver) -> None:
+        self._watched[workflow_id] = _Watched(tenant_id, receiver)
+        if self._requests is not None:
+            self._requests.put_nowait(Watch(workflow_id, tenant_id, 1))
+        if self._task is None:
+            # A context of its own: the feed outlives the request whose run opened it.
+            self._task = asyncio.create_task(
+                self._run(), name="command-feed", context=contextvars.Context()
             )
+
+    def unregister(self, workflow_id: str) -> None:
+        if self._watched.pop(workflow_id, None) is not None and self._requests is not None:
+            self._requests.put_nowait(Unwatch(workflow_id))
+        self._close_if_idle()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def _close_if_idle(self) -> None:
+        if not self._watched and self._requests is not None:
+            self._requests.put_nowait(None)
+            self._requests = None
+
+    async def _run(self) -> None:
+        delay = RECONNECT_FIRST_SECONDS
+        while self._watched:
+            requests: asyncio.Queue[WatchRequest | None] = asyncio.Queue()
+            for workflow_id, watched in self._watched.items():
+                requests.put_nowait(Watch(workflow_id, watched.tenant_id, watched.next_seq))
+            self._requests = requests
+            try:
+                async for item in self._source.follow(_drain(requests)):
+                    delay = RECONNECT_FIRST_SECONDS
+                    self._take(item)
+                if self._requests is None:
+                    continue  # closed for being idle; a registration since opens it again
+                log.info("command feed ended by the events service, opening it again")
+            except CommandSourceUnavailable as exc:
+                log.info("command feed interrupted, opening it again", extra={"error": str(exc)})
+            except Exception:
+                log.exception("command feed failed, opening it again")
+            self._requests = None
             await asyncio.sleep(delay)
             delay = min(delay * 2, RECONNECT_MAX_SECONDS)
-        except Exception:
-            # The run goes on; only commands from other replicas are lost to it.
-            log.exception("cannot follow the log for commands", extra={"workflow_id": workflow_id})
-            return
+        self._task = None
+
+    def _take(self, item: FeedItem) -> None:
+        watched = self._watched.get(item.workflow_id)
+        if watched is None:
+            return  # unregistered while the item was on its way
+        for command in item.commands:
+            if command.seq >= watched.next_seq:
+                watched.receiver.deliver(command)
+                watched.next_seq = command.seq + 1
+        if item.error and item.retryable:
+            asyncio.get_running_loop().call_later(
+                RECONNECT_MAX_SECONDS, self._watch_again, item.workflow_id
+            )
+        elif item.error or item.ended:
+            if item.error:
+                # The run goes on; only commands from other replicas are lost to it.
+                log.warning(
+                    "cannot follow the log for commands: %s",
+                    item.error,
+                    extra={"workflow_id": item.workflow_id},
+                )
+            del self._watched[item.workflow_id]
+            self._close_if_idle()
+
+    def _watch_again(self, workflow_id: str) -> None:
+        watched = self._watched.get(workflow_id)
+        if watched is not None and self._requests is not None:
+            self._requests.put_nowait(Watch(workflow_id, watched.tenant_id, watched.next_seq))
+
+
+async def _drain(requests: asyncio.Queue[WatchRequest | None]) -> AsyncIterator[WatchRequest]:
+    while (request := await requests.get()) is not None:
+        yield request

@@ -10,9 +10,11 @@ from typing import Any
 import grpc
 
 from services.executor.follower import (
-    COMMAND_EVENT_TYPES,
     CommandSourceUnavailable,
+    FeedItem,
     LogCommand,
+    Watch,
+    WatchRequest,
 )
 from services.executor.grpc_clients import RETRYABLE_CODES
 from shuttle.envelope import type_name, type_value
@@ -31,29 +33,59 @@ def _command(event: common_pb2.Event) -> LogCommand:
 
 
 class GrpcCommandSource:
-    """Follows a workflow's command events through EventService.Stream with a types filter."""
+    """Sessions of EventService.FollowCommands: many workflows' commands over one stream."""
 
     def __init__(self, stub: events_pb2_grpc.EventServiceAsyncStub) -> None:
         self._stub = stub
 
-    async def follow(
-        self, workflow_id: str, tenant_id: str, from_seq: int
-    ) -> AsyncIterator[LogCommand]:
-        request = events_pb2.StreamRequest(
-            workflow_id=workflow_id,
-            tenant_id=tenant_id,
-            from_seq=from_seq,
-            types=[type_value(t) for t in COMMAND_EVENT_TYPES],
-        )
+    async def follow(self, requests: AsyncIterator[WatchRequest]) -> AsyncIterator[FeedItem]:
+        call = self._stub.FollowCommands(_watch_messages(requests))
         try:
-            async for event in self._stub.Stream(request, metadata=tenant_metadata(tenant_id)):
-                if type_name(event.type) == "STREAM_END":
-                    return
-                yield _command(event)
+            async for message in call:
+                yield _feed_item(message)
         except grpc.aio.AioRpcError as exc:
             if exc.code() in RETRYABLE_CODES:
                 raise CommandSourceUnavailable(f"{exc.code().name}: {exc.details()}") from exc
             raise
+        finally:
+            call.cancel()
+
+
+async def _watch_messages(
+    requests: AsyncIterator[WatchRequest],
+) -> AsyncIterator[events_pb2.CommandWatch]:
+    async for request in requests:
+        if isinstance(request, Watch):
+            yield events_pb2.CommandWatch(
+                watch=events_pb2.WatchCommands(
+                    workflow_id=request.workflow_id,
+                    tenant_id=request.tenant_id,
+                    from_seq=request.from_seq,
+                )
+            )
+        else:
+            yield events_pb2.CommandWatch(
+                unwatch=events_pb2.UnwatchCommands(workflow_id=request.workflow_id)
+            )
+
+
+def _feed_item(message: events_pb2.CommandFeed) -> FeedItem:
+    error = ""
+    retryable = False
+    if message.HasField("error"):
+        code = _STATUS_CODES.get(message.error.code, grpc.StatusCode.UNKNOWN)
+        error = f"{code.name}: {message.error.message}"
+        retryable = code in RETRYABLE_CODES
+    return FeedItem(
+        message.workflow_id,
+        tuple(_command(e) for e in message.events),
+        ended=message.ended,
+        error=error,
+        retryable=retryable,
+    )
+
+
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
 class GrpcWorkflowLog:

@@ -19,7 +19,7 @@ from services.executor.emitter import EmitterFailed, EventEmitter
 from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import RunContext
-from services.executor.follower import CommandSource, LogCommand, RunReceiver, follow_commands
+from services.executor.follower import CommandFeed, CommandSource, LogCommand, RunReceiver
 from services.executor.lease import LeaseKeeper, Leasing
 from services.executor.llm_observer import RunRetryObserver
 from services.executor.policies.control import RunCancelled
@@ -109,7 +109,7 @@ class RunManager:
         self._tools = tools
         self._llm = llm
         self._settings = settings
-        self._commands = commands
+        self._commands = CommandFeed(commands) if commands is not None else None
         self._selector = selector
         self._emitter = emitter or EmitterSettings()
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -123,7 +123,9 @@ class RunManager:
         if not request.query.strip():
             raise ValueError("query must not be empty")
         workflow_id = await self._registry.create(request)
-        self._receivers[workflow_id] = RunReceiver()
+        receiver = self._receivers[workflow_id] = RunReceiver()
+        if self._commands is not None:
+            self._commands.register(workflow_id, request.tenant_id, receiver)
         # Neither the task nor its done callback keeps the request's span alive (each would
         # otherwise hold a copy of the request's context for the whole run).
         context = background_context()
@@ -143,6 +145,8 @@ class RunManager:
     def _forget(self, workflow_id: str) -> None:
         self._tasks.pop(workflow_id, None)
         self._receivers.pop(workflow_id, None)
+        if self._commands is not None:
+            self._commands.unregister(workflow_id)
 
     def _agent_settings(self, request: RunRequest, mode: str) -> AgentSettings:
         settings = self._settings
@@ -232,12 +236,6 @@ class RunManager:
             retry_seconds=self._emitter.retry_seconds,
         )
         reporter = RunReporter(emitter)
-        receiver = self._receivers[workflow_id]
-        follower = None
-        if self._commands is not None:
-            follower = asyncio.create_task(
-                follow_commands(self._commands, workflow_id, request.tenant_id, receiver)
-            )
         started = time.monotonic()
         context = RunContext(workflow_id, request.tenant_id, history=request.history)
         usage: list[Callable[[], TokenUsage]] = [TokenUsage]
@@ -312,9 +310,6 @@ class RunManager:
         finally:
             if lease is not None:
                 await lease.stop()
-            if follower is not None:
-                follower.cancel()
-                await asyncio.gather(follower, return_exceptions=True)
             with contextlib.suppress(EmitterFailed):
                 await emitter.close()
 
@@ -339,9 +334,10 @@ class RunManager:
     async def shutdown(self, grace_seconds: float) -> None:
         """Let runs finish within the grace period, then cancel the rest (their logs say so)."""
         pending = list(self._tasks.values())
-        if not pending:
-            return
-        _, still_running = await asyncio.wait(pending, timeout=grace_seconds)
-        for task in still_running:
-            task.cancel()
-        await asyncio.gather(*still_running, return_exceptions=True)
+        if pending:
+            _, still_running = await asyncio.wait(pending, timeout=grace_seconds)
+            for task in still_running:
+                task.cancel()
+            await asyncio.gather(*still_running, return_exceptions=True)
+        if self._commands is not None:
+            await self._commands.close()
