@@ -19,6 +19,11 @@ EVENT_TYPE_NAMES: tuple[str, ...] = tuple(
 # (THREAD_MESSAGE_COMPLETED carries the whole answer, LLM_OUTPUT the whole output).
 EPHEMERAL_TYPES = frozenset({"LLM_PARTIAL", "THREAD_MESSAGE_DELTA", "LLM_PROMPT"})
 
+# What EventService.FollowCommands delivers: control requests and user messages, which any
+# replica may append and the replica owning the run must act on.
+CONTROL_EVENT_TYPES = ("WORKFLOW_PAUSING", "WORKFLOW_RESUMED", "WORKFLOW_CANCELLING")
+COMMAND_EVENT_TYPES = (*CONTROL_EVENT_TYPES, "MESSAGE_RECEIVED")
+
 # After one of these, nothing but STREAM_END follows.
 TERMINAL_TYPES = frozenset({"WORKFLOW_COMPLETED", "WORKFLOW_CANCELLED"})
 

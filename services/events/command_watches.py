@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from shuttle.envelope import COMMAND_EVENT_TYPES
 from shuttle.metrics import COMMAND_WATCHES
 
 from .log import EventLog
@@ -20,7 +21,6 @@ from .records import StoredEvent
 
 log = logging.getLogger(__name__)
 
-COMMAND_TYPES = ("WORKFLOW_PAUSING", "WORKFLOW_RESUMED", "WORKFLOW_CANCELLING", "MESSAGE_RECEIVED")
 FEED_QUEUE_MAX = 256
 """Items waiting for the caller; a watch with more to say waits (its log reader with it)."""
 
@@ -100,7 +100,7 @@ class CommandWatches:
     async def _follow(self, workflow_id: str, tenant_id: str, from_seq: int) -> None:
         try:
             batches = self._log.stream_batches(
-                workflow_id, tenant_id, from_seq=from_seq, types=COMMAND_TYPES
+                workflow_id, tenant_id, from_seq=from_seq, types=COMMAND_EVENT_TYPES
             )
             async for batch in batches:
                 commands = tuple(e for e in batch if e.type != "STREAM_END")

@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from services.executor.policies.control import CONTROL_EVENT_TYPES, RunControl
+from services.executor.policies.control import RunControl
 from services.executor.policies.interrupts import InterruptInbox
+from shuttle.envelope import CONTROL_EVENT_TYPES
 
 log = logging.getLogger(__name__)
 
-COMMAND_EVENT_TYPES = (*CONTROL_EVENT_TYPES, "MESSAGE_RECEIVED")
 RECONNECT_FIRST_SECONDS = 0.05
 RECONNECT_MAX_SECONDS = 1.0
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-CONTROL_EVENT_TYPES = ("WORKFLOW_PAUSING", "WORKFLOW_RESUMED", "WORKFLOW_CANCELLING")
-
 
 class RunCancelled(Exception):
     def __init__(self, checkpoint: str, reason: str) -> None:
