@@ -26,6 +26,13 @@ class PrefetchedCatalog:
         # "exception was never retrieved" behind.
         self._listing.add_done_callback(_retrieve)
 
+    async def settled(self) -> None:
+        """Wait until the listing has answered, whatever the answer (it is raised, if an
+        error, to whoever lists the tools): the run's opening events then go in one Append
+        rather than WORKFLOW_STARTED alone while the agent waits for its catalog."""
+        if self._listing is not None:
+            await asyncio.wait({self._listing})
+
     async def list_tools(self, tenant_id: str) -> Sequence[ToolDefinition]:
         listing, self._listing = self._listing, None
         if listing is None or tenant_id != self._tenant_id:

@@ -268,6 +268,7 @@ class RunManager:
                 if self._router is not None
                 else Route(request.mode or "STANDARD", 0.0)
             )
+            await tools.settled()
             await reporter.workflow_started(
                 request.query, route.mode, request.session_id, route.estimated_complexity
             )

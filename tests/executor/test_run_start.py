@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import grpc
 
 from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
-from services.executor.ports import ToolDefinition, ToolInvocation, ToolOutcome
+from services.executor.ports import EventDraft, ToolDefinition, ToolInvocation, ToolOutcome
 from services.executor.runs import RunManager, RunRequest
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import tools_pb2_grpc
@@ -73,6 +73,43 @@ async def test_the_catalog_is_listed_while_the_workflow_is_created(
     assert "calculator" in offered
 
 
+class BatchesSeen:
+    """The real sink, noting which events each Append carried."""
+
+    def __init__(self, inner: GrpcEventSink) -> None:
+        self._inner = inner
+        self.batches: list[list[str]] = []
+
+    async def append(self, drafts: Sequence[EventDraft], batch_seq: int) -> Sequence[int]:
+        self.batches.append([d.type for d in drafts])
+        return await self._inner.append(drafts, batch_seq)
+
+
+async def test_the_run_opens_its_log_with_one_append(
+    backends: Backends, model: ScriptedOpenAI
+) -> None:
+    model.script(text("Nothing to compute."), text("Nothing to compute."))
+    sinks: list[BatchesSeen] = []
+
+    def sink(workflow_id: str, tenant_id: str) -> BatchesSeen:
+        sinks.append(BatchesSeen(GrpcEventSink(backends.events, workflow_id, tenant_id)))
+        return sinks[-1]
+
+    runs = RunManager(
+        registry=GrpcWorkflowRegistry(backends.events),
+        sinks=sink,
+        tools=backends.tools,
+        llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
+        settings=agent_defaults(),
+    )
+
+    events = await backends.run_to_end(runs, "Say hello")
+
+    assert types_of(events)[-1] == "STREAM_END"
+    # WORKFLOW_STARTED does not go alone while the agent waits for its catalog.
+    assert sinks[0].batches[0] == ["WORKFLOW_STARTED", "AGENT_STARTED", "AGENT_THINKING"]
+
+
 async def test_a_catalog_that_cannot_be_listed_fails_the_run_as_before(
     backends: Backends, model: ScriptedOpenAI
 ) -> None:
@@ -90,7 +127,7 @@ async def test_a_catalog_that_cannot_be_listed_fails_the_run_as_before(
     finally:
         await unreachable.close()
 
-    assert types_of(events)[-2:] == ["ERROR_OCCURRED", "STREAM_END"]
+    assert types_of(events) == ["WORKFLOW_STARTED", "ERROR_OCCURRED", "STREAM_END"]
     failure = first(events, "ERROR_OCCURRED")["payload"]
     assert failure["fatal"] is True and failure["error_type"] == "INTERNAL"
     assert model.requests == []
