@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from services.executor.catalog import PrefetchedCatalog
 from services.executor.dag.control import TeamControl
 from services.executor.dag.plan import ScheduleError
 from services.executor.dag.ports import DagPlanner, ModelPicker, PlanningFailed
@@ -122,7 +123,12 @@ class RunManager:
     async def start(self, request: RunRequest) -> str:
         if not request.query.strip():
             raise ValueError("query must not be empty")
-        workflow_id = await self._registry.create(request)
+        tools = PrefetchedCatalog(self._tools, request.tenant_id)
+        try:
+            workflow_id = await self._registry.create(request)
+        except BaseException:
+            await tools.close()
+            raise
         receiver = self._receivers[workflow_id] = RunReceiver()
         if self._commands is not None:
             self._commands.register(workflow_id, request.tenant_id, receiver)
@@ -130,7 +136,7 @@ class RunManager:
         # otherwise hold a copy of the request's context for the whole run).
         context = background_context()
         task = asyncio.create_task(
-            self._execute(workflow_id, request), name=workflow_id, context=context
+            self._execute(workflow_id, request, tools), name=workflow_id, context=context
         )
         self._tasks[workflow_id] = task
         task.add_done_callback(lambda _: self._forget(workflow_id), context=context)
@@ -169,11 +175,12 @@ class RunManager:
         ctx: RunContext,
         reporter: RunReporter,
         usage: list[Callable[[], TokenUsage]],
+        tools: ToolHost,
     ) -> Finished:
         receiver = self._receivers[ctx.workflow_id]
         agent = ReActAgent(
             self._llm.with_observer(RunRetryObserver(reporter, ctx.agent_id)),
-            self._tools,
+            tools,
             reporter,
             self._agent_settings(request, mode),
             selector=self._selector,
@@ -191,6 +198,7 @@ class RunManager:
         ctx: RunContext,
         reporter: RunReporter,
         usage: list[Callable[[], TokenUsage]],
+        tools: ToolHost,
     ) -> Finished:
         if self._planner is None:
             raise PlanningFailed("this executor has no planner for mode COMPLEX")
@@ -202,7 +210,7 @@ class RunManager:
             request.query,
             llm=self._llm,
             models=self._models,
-            tools=self._tools,
+            tools=tools,
             reporter=reporter,
             settings=settings,
             limits=self._step_limits,
@@ -224,12 +232,14 @@ class RunManager:
             budget_warn_percent=settings.budget_warn_percent,
         )
         usage[0] = lambda: team.usage
-        result = await team.run(list(await self._tools.list_tools(ctx.tenant_id)))
+        result = await team.run(list(await tools.list_tools(ctx.tenant_id)))
         return Finished(
             result.answer, result.usage, result.agents_used, result.tools_invoked, result.rounds
         )
 
-    async def _execute(self, workflow_id: str, request: RunRequest) -> None:
+    async def _execute(
+        self, workflow_id: str, request: RunRequest, tools: PrefetchedCatalog
+    ) -> None:
         emitter = EventEmitter(
             self._sinks(workflow_id, request.tenant_id),
             batch_max=self._emitter.batch_max,
@@ -256,13 +266,14 @@ class RunManager:
                 if self._router is not None
                 else Route(request.mode or "STANDARD", 0.0)
             )
+            await tools.settled()
             await reporter.workflow_started(
                 request.query, route.mode, request.session_id, route.estimated_complexity
             )
             if route.mode == "COMPLEX":
-                result = await self._run_team(request, context, reporter, usage)
+                result = await self._run_team(request, context, reporter, usage, tools)
             else:
-                result = await self._run_react(request, route.mode, context, reporter, usage)
+                result = await self._run_react(request, route.mode, context, reporter, usage, tools)
             await reporter.workflow_completed(
                 result.answer,
                 int((time.monotonic() - started) * 1000),
@@ -308,6 +319,7 @@ class RunManager:
             log.exception("run failed", extra={"workflow_id": workflow_id})
             await self._fail(reporter, workflow_id, "INTERNAL", f"{type(exc).__name__}: {exc}")
         finally:
+            await tools.close()
             if lease is not None:
                 await lease.stop()
             with contextlib.suppress(EmitterFailed):

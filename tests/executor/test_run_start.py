@@ -1,0 +1,133 @@
+"""How a run starts: what it asks the other services for, and in which order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import grpc
+
+from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
+from services.executor.ports import EventDraft, ToolDefinition, ToolInvocation, ToolOutcome
+from services.executor.runs import RunManager, RunRequest
+from shuttle.llm.openai_model import OpenAIModel
+from shuttle.v1 import tools_pb2_grpc
+from tests.executor.conftest import (
+    EVENT_WAIT_SECONDS,
+    Backends,
+    agent_defaults,
+    first,
+    types_of,
+)
+from tests.support.scripted_openai import ScriptedOpenAI, text
+
+
+class ListingSeen:
+    """The real tool host, noting when the catalog is first asked for."""
+
+    def __init__(self, inner: GrpcToolHost) -> None:
+        self._inner = inner
+        self.listed = asyncio.Event()
+
+    async def list_tools(self, tenant_id: str) -> Sequence[ToolDefinition]:
+        self.listed.set()
+        return await self._inner.list_tools(tenant_id)
+
+    async def execute(self, call: ToolInvocation) -> ToolOutcome:
+        return await self._inner.execute(call)
+
+
+class CreatedAfterListing:
+    """The real registry, creating the workflow only once the catalog has been asked for:
+    a run that lists its tools only after its workflow exists never gets past here."""
+
+    def __init__(self, inner: GrpcWorkflowRegistry, tools: ListingSeen) -> None:
+        self._inner = inner
+        self._tools = tools
+
+    async def create(self, request: RunRequest) -> str:
+        async with asyncio.timeout(EVENT_WAIT_SECONDS):
+            await self._tools.listed.wait()
+        return await self._inner.create(request)
+
+
+async def test_the_catalog_is_listed_while_the_workflow_is_created(
+    backends: Backends, model: ScriptedOpenAI
+) -> None:
+    model.script(text("Nothing to compute."), text("Nothing to compute."))
+    tools = ListingSeen(backends.tools)
+    runs = RunManager(
+        registry=CreatedAfterListing(GrpcWorkflowRegistry(backends.events), tools),
+        sinks=lambda wf, tenant: GrpcEventSink(backends.events, wf, tenant),
+        tools=tools,
+        llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
+        settings=agent_defaults(),
+    )
+
+    events = await backends.run_to_end(runs, "Say hello")
+
+    assert types_of(events)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
+    # The listing started with the run is the one the agent offers.
+    assert "calculator" in first(events, "AGENT_STARTED")["payload"]["tools_available"]
+    offered = [t["function"]["name"] for t in model.requests[0]["tools"]]
+    assert "calculator" in offered
+
+
+class BatchesSeen:
+    """The real sink, noting which events each Append carried."""
+
+    def __init__(self, inner: GrpcEventSink) -> None:
+        self._inner = inner
+        self.batches: list[list[str]] = []
+
+    async def append(self, drafts: Sequence[EventDraft], batch_seq: int) -> Sequence[int]:
+        self.batches.append([d.type for d in drafts])
+        return await self._inner.append(drafts, batch_seq)
+
+
+async def test_the_run_opens_its_log_with_one_append(
+    backends: Backends, model: ScriptedOpenAI
+) -> None:
+    model.script(text("Nothing to compute."), text("Nothing to compute."))
+    sinks: list[BatchesSeen] = []
+
+    def sink(workflow_id: str, tenant_id: str) -> BatchesSeen:
+        sinks.append(BatchesSeen(GrpcEventSink(backends.events, workflow_id, tenant_id)))
+        return sinks[-1]
+
+    runs = RunManager(
+        registry=GrpcWorkflowRegistry(backends.events),
+        sinks=sink,
+        tools=backends.tools,
+        llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
+        settings=agent_defaults(),
+    )
+
+    events = await backends.run_to_end(runs, "Say hello")
+
+    assert types_of(events)[-1] == "STREAM_END"
+    # WORKFLOW_STARTED does not go alone while the agent waits for its catalog.
+    assert sinks[0].batches[0] == ["WORKFLOW_STARTED", "AGENT_STARTED", "AGENT_THINKING"]
+
+
+async def test_a_catalog_that_cannot_be_listed_fails_the_run_as_before(
+    backends: Backends, model: ScriptedOpenAI
+) -> None:
+    model.script(text("unused"))
+    unreachable = grpc.aio.insecure_channel("127.0.0.1:1")  # nothing listens there
+    try:
+        runs = RunManager(
+            registry=GrpcWorkflowRegistry(backends.events),
+            sinks=lambda wf, tenant: GrpcEventSink(backends.events, wf, tenant),
+            tools=GrpcToolHost(tools_pb2_grpc.ToolServiceStub(unreachable), 10),
+            llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
+            settings=agent_defaults(),
+        )
+        events = await backends.run_to_end(runs, "Say hello")
+    finally:
+        await unreachable.close()
+
+    assert types_of(events) == ["WORKFLOW_STARTED", "ERROR_OCCURRED", "STREAM_END"]
+    failure = first(events, "ERROR_OCCURRED")["payload"]
+    assert failure["fatal"] is True and failure["error_type"] == "INTERNAL"
+    assert model.requests == []
