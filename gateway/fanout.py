@@ -1,0 +1,255 @@
+"""Watchers of one workflow share one upstream call and each event's rendering.
+
+A *feed* per (tenant, workflow) in this process follows the log through one
+`EventService.StreamBatches` call (`upstream.follow`, which rides out restarts), renders each
+event once, and keeps the newest rendered chunks (one per upstream batch) in a buffer bounded
+in bytes. It never waits for a watcher; it reads the next batch only once some watcher has
+taken everything, so nobody's events are read ahead for nobody.
+
+A *watcher* is a cursor: the seq it needs next. It takes what the buffer holds past its
+cursor, a chunk at a time; a watcher that takes a whole chunk gets the chunk's own bytes.
+A watcher whose cursor is older than the buffer (it resumed from further back, or its client
+read too slowly and the buffer moved on) reads on its own upstream call from its cursor until
+the buffer covers the cursor again, then rejoins. So a slow client costs the gateway at most
+one chunk and its socket's buffers, and the others never wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass, field
+
+from gateway.upstream import STREAM_END, Upstream, UpstreamError, follow
+from shuttle.metrics import SSE_CATCHUPS, SSE_FEEDS
+from shuttle.v1 import common_pb2, events_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+Render = Callable[[common_pb2.Event], bytes]
+Types = frozenset[int] | None
+FeedKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    event: common_pb2.Event
+    frame: bytes
+
+
+@dataclass(eq=False)
+class Chunk:
+    """Consecutive events of the log, each with its frame; never empty."""
+
+    items: Sequence[Rendered]
+    start: int
+    """The reader's position before these events: the log delivered nothing in between."""
+    _frames: bytes | None = field(default=None, repr=False)
+
+    @property
+    def next_seq(self) -> int:
+        return self.items[-1].event.seq + 1
+
+    @property
+    def ends_log(self) -> bool:
+        return self.items[-1].event.type == STREAM_END
+
+    @property
+    def frames(self) -> bytes:
+        """Every item's frame, joined once."""
+        if self._frames is None:
+            self._frames = b"".join(item.frame for item in self.items)
+        return self._frames
+
+    def after(self, cursor: int, types: Types) -> Chunk | None:
+        """The items at or after `cursor` a watcher asked for (STREAM_END always passes);
+        this very chunk when that is all of them."""
+        items = self.items
+        if items[0].event.seq < cursor:
+            items = [item for item in items if item.event.seq >= cursor]
+        if types is not None:
+            items = [i for i in items if i.event.type in types or i.event.type == STREAM_END]
+        if len(items) == len(self.items):
+            return self
+        return Chunk(items, cursor) if items else None
+
+
+def render_chunk(events: Sequence[common_pb2.Event], start: int, render: Render) -> Chunk:
+    return Chunk([Rendered(event, render(event)) for event in events], start)
+
+
+class Feed:
+    """One upstream call of one workflow and the newest chunks it brought."""
+
+    def __init__(self, from_seq: int, buffer_bytes: int) -> None:
+        self.start = from_seq
+        """The buffer holds every event the log delivered from this seq on."""
+        self.next_seq = from_seq
+        self.buffered_bytes = 0
+        self.watchers = 0
+        self.done = False
+        """No more chunks will come: STREAM_END was read, or `error`."""
+        self.error: UpstreamError | None = None
+        self._buffer_bytes = buffer_bytes
+        self._chunks: deque[Chunk] = deque()
+        self._arrived = asyncio.Event()
+        self._hungry = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def chunk_at(self, cursor: int) -> Chunk | None:
+        """The buffered chunk holding `cursor` (None once the cursor is at the newest event);
+        the caller makes sure the cursor is not older than `start`."""
+        for chunk in reversed(self._chunks):
+            if chunk.start <= cursor:
+                return chunk if cursor < chunk.next_seq else None
+        return None
+
+    async def wait(self) -> None:
+        """Until something new arrives; meanwhile the feed may read the next batch."""
+        arrived = self._arrived
+        self._hungry.set()
+        await arrived.wait()
+
+    async def run(self, upstream: Upstream, render: Render) -> None:
+        try:
+            while True:
+                await self._hungry.wait()
+                self._hungry.clear()
+                batch = await anext(upstream, None)
+                if batch is None:
+                    break
+                self._add(render_chunk(batch, self.next_seq, render))
+                if self._chunks[-1].ends_log:
+                    break
+        except UpstreamError as exc:
+            self.error = exc
+        except Exception as exc:
+            log.exception("SSE feed failed")
+            self.error = UpstreamError("internal", f"the gateway could not follow the log: {exc}")
+        finally:
+            self.done = True
+            self._notify()
+            await upstream.aclose()
+
+    def _add(self, chunk: Chunk) -> None:
+        self._chunks.append(chunk)
+        self.buffered_bytes += len(chunk.frames)
+        self.next_seq = chunk.next_seq
+        # The newest chunk always stays, whatever its size: watchers at the head need it.
+        while self.buffered_bytes > self._buffer_bytes and len(self._chunks) > 1:
+            self.buffered_bytes -= len(self._chunks.popleft().frames)
+            self.start = self._chunks[0].start
+        self._notify()
+
+    def _notify(self) -> None:
+        self._arrived.set()
+        self._arrived = asyncio.Event()
+
+
+class FanOut:
+    """The feeds of this gateway process; tenants never share one."""
+
+    def __init__(
+        self,
+        events: events_pb2_grpc.EventServiceAsyncStub,
+        render: Render,
+        *,
+        buffer_bytes: int,
+        retry_seconds: float,
+    ) -> None:
+        self._events = events
+        self._render = render
+        self._buffer_bytes = buffer_bytes
+        self._retry_seconds = retry_seconds
+        self._feeds: dict[FeedKey, Feed] = {}
+
+    @property
+    def feeds(self) -> int:
+        return len(self._feeds)
+
+    def buffered_bytes(self) -> int:
+        return sum(feed.buffered_bytes for feed in self._feeds.values())
+
+    async def watch(
+        self, tenant: str, workflow_id: str, from_seq: int, types: Types = None
+    ) -> AsyncGenerator[Chunk, None]:
+        """The log from `from_seq` on, in chunks, through STREAM_END; only the `types`
+        asked for (None: all). Raises UpstreamError after what it could deliver."""
+        feed = self._join((tenant, workflow_id), from_seq)
+        cursor = from_seq
+        try:
+            while True:
+                if cursor < feed.start:
+                    SSE_CATCHUPS.inc()
+                    caught_up = False
+                    upstream = self._follow(tenant, workflow_id, cursor)
+                    try:
+                        async for batch in upstream:
+                            chunk = render_chunk(batch, cursor, self._render)
+                            wanted = chunk.after(cursor, types)
+                            cursor = chunk.next_seq
+                            if wanted is not None:
+                                yield wanted
+                            if chunk.ends_log:
+                                return
+                            if cursor >= feed.start:
+                                caught_up = True
+                                break
+                    finally:
+                        await upstream.aclose()
+                    if not caught_up:
+                        return  # the log was over before the cursor
+                    continue
+                held = feed.chunk_at(cursor)
+                if held is not None:
+                    wanted = held.after(cursor, types)
+                    cursor = held.next_seq
+                    if wanted is not None:
+                        yield wanted
+                    if held.ends_log:
+                        return
+                elif feed.done:
+                    if feed.error is not None:
+                        raise feed.error
+                    return
+                else:
+                    await feed.wait()
+        finally:
+            self._leave((tenant, workflow_id), feed)
+
+    async def close(self) -> None:
+        feeds = list(self._feeds.values())
+        self._feeds.clear()
+        SSE_FEEDS.set(0)
+        for feed in feeds:
+            if feed.task is not None:
+                feed.task.cancel()
+        await asyncio.gather(*(f.task for f in feeds if f.task), return_exceptions=True)
+
+    def _follow(self, tenant: str, workflow_id: str, from_seq: int) -> Upstream:
+        return follow(self._events, tenant, workflow_id, from_seq, self._retry_seconds)
+
+    def _join(self, key: FeedKey, from_seq: int) -> Feed:
+        feed = self._feeds.get(key)
+        if feed is None or feed.error is not None:
+            # A failed feed is replaced: whoever comes next gets a fresh try.
+            feed = Feed(from_seq, self._buffer_bytes)
+            upstream = self._follow(*key, from_seq)
+            feed.task = asyncio.create_task(feed.run(upstream, self._render))
+            self._feeds[key] = feed
+            SSE_FEEDS.set(len(self._feeds))
+        feed.watchers += 1
+        return feed
+
+    def _leave(self, key: FeedKey, feed: Feed) -> None:
+        feed.watchers -= 1
+        if feed.watchers > 0:
+            return
+        # The last watcher ends the upstream call.
+        if feed.task is not None:
+            feed.task.cancel()
+        if self._feeds.get(key) is feed:
+            del self._feeds[key]
+            SSE_FEEDS.set(len(self._feeds))
