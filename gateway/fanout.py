@@ -169,6 +169,10 @@ class FanOut:
     def feeds(self) -> int:
         return len(self._feeds)
 
+    @property
+    def watchers(self) -> int:
+        return sum(feed.watchers for feed in self._feeds.values())
+
     def buffered_bytes(self) -> int:
         return sum(feed.buffered_bytes for feed in self._feeds.values())
 
