@@ -135,9 +135,10 @@ async def open_stream(
         try:
             async for chunk in chunks:
                 data = chunk.frames if translate is None else translate(chunk)
+                if data and retry:
+                    data, retry = retry + data, b""
                 if data:
-                    yield retry + data
-                    retry = b""
+                    yield data
         except UpstreamError as exc:
             error = {"error": {"code": exc.code, "message": exc.message}}
             yield ServerSentEvent(data=json.dumps(error), event="error").encode()
