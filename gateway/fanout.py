@@ -17,6 +17,7 @@ one chunk and its socket's buffers, and the others never wait for it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -27,6 +28,12 @@ from shuttle.metrics import SSE_CATCHUPS, SSE_FEEDS
 from shuttle.v1 import common_pb2, events_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+# Kept even once every watcher has them: a client reconnecting after a short cut joins at once.
+RECENT_BYTES = 64 * 1024
+# A watcher that is several chunks behind writes them joined, up to about this much at once:
+# one write per wake-up instead of one per chunk (the copy stays small).
+WRITE_BYTES = 64 * 1024
 
 Render = Callable[[common_pb2.Event], bytes]
 Types = frozenset[int] | None
@@ -76,6 +83,11 @@ class Chunk:
         return Chunk(items, cursor) if items else None
 
 
+def joined(chunks: Sequence[Chunk]) -> Chunk:
+    items = [item for chunk in chunks for item in chunk.items]
+    return Chunk(items, chunks[0].start, b"".join(chunk.frames for chunk in chunks))
+
+
 def render_chunk(events: Sequence[common_pb2.Event], start: int, render: Render) -> Chunk:
     return Chunk([Rendered(event, render(event)) for event in events], start)
 
@@ -94,17 +106,39 @@ class Feed:
         self.error: UpstreamError | None = None
         self._buffer_bytes = buffer_bytes
         self._chunks: deque[Chunk] = deque()
+        self._cursors: dict[int, int] = {}
+        """The cursor of each watcher reading from the buffer, by watcher."""
         self._arrived = asyncio.Event()
         self._hungry = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
-    def chunk_at(self, cursor: int) -> Chunk | None:
-        """The buffered chunk holding `cursor` (None once the cursor is at the newest event);
-        the caller makes sure the cursor is not older than `start`."""
-        for chunk in reversed(self._chunks):
-            if chunk.start <= cursor:
-                return chunk if cursor < chunk.next_seq else None
-        return None
+    def held_from(self, cursor: int) -> list[Chunk]:
+        """The buffered chunks from the one holding `cursor` on, up to about WRITE_BYTES
+        (empty once the cursor is at the newest event); the caller makes sure the cursor is
+        not older than `start`."""
+        first = len(self._chunks)
+        for index in range(len(self._chunks) - 1, -1, -1):
+            first = index
+            if self._chunks[index].start <= cursor:
+                break
+        held: list[Chunk] = []
+        size = 0
+        for index in range(first, len(self._chunks)):
+            chunk = self._chunks[index]
+            if chunk.next_seq <= cursor:
+                continue
+            held.append(chunk)
+            size += len(chunk.frames)
+            if size >= WRITE_BYTES:
+                break
+        return held
+
+    def reading(self, watcher: int, cursor: int | None) -> None:
+        """Where `watcher` is in the buffer (None: it reads elsewhere, or left)."""
+        if cursor is None:
+            self._cursors.pop(watcher, None)
+        else:
+            self._cursors[watcher] = cursor
 
     async def wait(self) -> None:
         """Until something new arrives; meanwhile the feed may read the next batch."""
@@ -137,8 +171,16 @@ class Feed:
         self._chunks.append(chunk)
         self.buffered_bytes += len(chunk.frames)
         self.next_seq = chunk.next_seq
+        # Chunks every watcher has taken go, beyond the recent ones kept for clients that
+        # reconnect after a short cut; chunks over the limit go whoever still needs them.
         # The newest chunk always stays, whatever its size: watchers at the head need it.
-        while self.buffered_bytes > self._buffer_bytes and len(self._chunks) > 1:
+        taken = -1
+        if self.buffered_bytes > RECENT_BYTES:
+            taken = min(self._cursors.values(), default=self.next_seq)
+        while len(self._chunks) > 1 and (
+            self.buffered_bytes > self._buffer_bytes
+            or (self.buffered_bytes > RECENT_BYTES and self._chunks[0].next_seq <= taken)
+        ):
             self.buffered_bytes -= len(self._chunks.popleft().frames)
             self.start = self._chunks[0].start
         self._notify()
@@ -164,6 +206,7 @@ class FanOut:
         self._buffer_bytes = buffer_bytes
         self._retry_seconds = retry_seconds
         self._feeds: dict[FeedKey, Feed] = {}
+        self._watcher_ids = itertools.count()
 
     @property
     def feeds(self) -> int:
@@ -183,10 +226,12 @@ class FanOut:
         asked for (None: all). Raises UpstreamError after what it could deliver."""
         feed = self._join((tenant, workflow_id), from_seq)
         cursor = from_seq
+        me = next(self._watcher_ids)
         try:
             while True:
                 if cursor < feed.start:
                     SSE_CATCHUPS.inc()
+                    feed.reading(me, None)
                     caught_up = False
                     upstream = self._follow(tenant, workflow_id, cursor)
                     try:
@@ -206,21 +251,24 @@ class FanOut:
                     if not caught_up:
                         return  # the log was over before the cursor
                     continue
-                held = feed.chunk_at(cursor)
-                if held is not None:
-                    wanted = held.after(cursor, types)
-                    cursor = held.next_seq
-                    if wanted is not None:
-                        yield wanted
-                    if held.ends_log:
+                held = feed.held_from(cursor)
+                if held:
+                    taking = [c for chunk in held if (c := chunk.after(cursor, types))]
+                    cursor = held[-1].next_seq
+                    feed.reading(me, cursor)
+                    if taking:
+                        yield taking[0] if len(taking) == 1 else joined(taking)
+                    if held[-1].ends_log:
                         return
                 elif feed.done:
                     if feed.error is not None:
                         raise feed.error
                     return
                 else:
+                    feed.reading(me, cursor)
                     await feed.wait()
         finally:
+            feed.reading(me, None)
             self._leave((tenant, workflow_id), feed)
 
     async def close(self) -> None:

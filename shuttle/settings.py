@@ -80,8 +80,8 @@ class Settings(BaseSettings):
     ticket_ttl_seconds: int = Field(300, ge=1, le=86_400)
     # Browser origins allowed to call the gateway cross-origin (grpc-web, API); comma list.
     cors_origins: str = ""
-    # SSE watchers of one workflow share one upstream call; its newest frames are kept up to
-    # this many bytes, and a client further behind reads on its own call until it is back.
+    # SSE watchers of one workflow share one upstream call; frames a slow client has not taken
+    # are kept up to this many bytes, and a client further behind reads on its own call.
     sse_feed_buffer_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     # Used by the `shuttle` CLI: where the gateway is and the key to present.
     gateway_url: str = ""

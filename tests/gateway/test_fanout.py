@@ -12,7 +12,7 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from gateway.fanout import Chunk, FanOut
+from gateway.fanout import RECENT_BYTES, Chunk, FanOut
 from gateway.stream import typed_frame
 from gateway.upstream import UpstreamError
 from shuttle.envelope import type_name, type_value
@@ -190,6 +190,46 @@ async def test_a_watcher_that_stops_reading_holds_nobody_back_and_the_buffer_sta
     rest = [i.event.seq async for chunk in stalled for i in chunk.items]
     assert [1, *rest] == expected
     assert catchups() - catchups_before == 1
+
+
+async def test_the_buffer_keeps_only_recent_frames_once_every_watcher_has_them(
+    stub: Stub,
+) -> None:
+    workflow_id = await create(stub)
+    fanout = fanout_of(stub, buffer_bytes=1 << 20)
+    readers = [Reader(fanout.watch(TENANT, workflow_id, 1)) for _ in range(3)]
+    largest = 0
+    for step in range(1, 41):  # about 480 KiB of frames
+        await append(stub, workflow_id, *progress(10, size=1000))
+        for reader in readers:
+            await reader.until(10 * step)
+        largest = max(largest, fanout.buffered_bytes())
+    # The recent frames, and at most the chunk that arrived since the watchers last read;
+    # not the whole log, though the limit would hold it.
+    assert 0 < largest <= RECENT_BYTES + 10 * 1200
+    await append(stub, workflow_id, draft("WORKFLOW_COMPLETED"))
+    await asyncio.gather(*(r.task for r in readers))
+    assert all(r.seqs == list(range(1, 403)) for r in readers)
+
+
+async def test_a_watcher_some_chunks_behind_takes_them_in_one_piece(stub: Stub) -> None:
+    workflow_id = await create(stub)
+    fanout = fanout_of(stub)
+    fast = Reader(fanout.watch(TENANT, workflow_id, 1))
+    slow = fanout.watch(TENANT, workflow_id, 1)
+    first = asyncio.create_task(anext(slow))
+    await append(stub, workflow_id, *progress(1))
+    assert [i.event.seq for i in (await first).items] == [1]
+    for step in range(1, 4):
+        await append(stub, workflow_id, *progress(2))
+        await fast.until(1 + 2 * step)
+    piece = await anext(slow)
+    assert [i.event.seq for i in piece.items] == [2, 3, 4, 5, 6, 7]
+    assert piece.frames == b"".join(typed_frame(i.event) for i in piece.items)
+    await slow.aclose()
+    fast.task.cancel()
+    await asyncio.gather(fast.task, return_exceptions=True)
+    await fast.chunks.aclose()
 
 
 async def test_tenants_never_share_a_feed(stub: Stub) -> None:
