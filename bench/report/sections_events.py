@@ -174,11 +174,11 @@ The five processes on the embedded defaults (SQLite, in-process hot tier). N SSE
 (raw sockets, one asyncio process) follow one workflow at `GET /api/v1/stream/sse`; the
 producer appends to the events service over gRPC, as the executor does. The clients share one
 `EventService.StreamBatches` call and each event's rendered frame (`gateway/fanout.py`).
-*Throughput*: batches of 50 events back to back; events/s
-is events until every client has them all, frames/s is that × clients. *Latency*: one event
-per `Append` at a fixed rate (not waiting for the previous one), from just before the append
-to the client holding the bytes: it includes the commit, the events service, the gateway and
-the clients' own event loop, which shares the two cores with the services.
+*Throughput*: batches of 50 events back to back; events/s is events until every client has
+them all, frames/s is that × clients. *Latency*: one event per `Append` at a fixed rate (not
+waiting for the previous one), from just before the append to the client holding the bytes:
+it includes the commit, the events service, the gateway and the clients' own event loop,
+which shares the two cores with the services.
 """
     if figures is None:
         return head + "\n" + missing("sse_fanout")
