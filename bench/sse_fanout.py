@@ -2,8 +2,8 @@
 
 The five Shuttle processes run on the embedded defaults (SQLite, in-process hot tier). N SSE
 clients (raw sockets in this process) follow one workflow at GET /api/v1/stream/sse; the
-producer appends to the events service over gRPC, as the executor does. Each gateway stream
-is one EventService.Stream call.
+producer appends to the events service over gRPC, as the executor does. The gateway follows
+the workflow with one EventService.StreamBatches call for all of them (gateway/fanout.py).
 
 - throughput: the producer appends batches back to back; events/s is events appended per
   second until every client has them all, frames/s is events x clients over that time.

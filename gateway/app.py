@@ -19,6 +19,7 @@ from gateway import control, openai_compat, sessions, stream, tasks
 from gateway.backends import Backends
 from gateway.db import create_schema
 from gateway.errors import install_error_handlers
+from gateway.fanout import FanOut
 from gateway.grpc_web import GrpcWebProxy
 from gateway.keys import KeyStore
 from gateway.openapi import install_openapi
@@ -62,6 +63,12 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
         app.state.task_index = TaskIndex(engine)
         app.state.sessions = SessionStore(engine)
         app.state.backends = backends or Backends.connect(settings)
+        app.state.fanout = FanOut(
+            app.state.backends.events,
+            stream.typed_frame,
+            buffer_bytes=settings.sse_feed_buffer_bytes,
+            retry_seconds=settings.events_retry_seconds,
+        )
         if generated:
             log.info(
                 "stream tickets are signed with a key generated for this process "
@@ -70,6 +77,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
         try:
             yield
         finally:
+            await app.state.fanout.close()
             await app.state.backends.close()
             await engine.dispose()
 

@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 
 from gateway.backends import Backends
 from gateway.errors import ApiError
+from gateway.fanout import FanOut
 from gateway.session_store import SessionStore
 from gateway.task_index import TaskIndex
 from shuttle.envelope import type_value
@@ -17,6 +18,11 @@ from shuttle.v1 import common_pb2
 def backends_of(request: Request) -> Backends:
     backends: Backends = request.app.state.backends
     return backends
+
+
+def fanout_of(request: Request) -> FanOut:
+    fanout: FanOut = request.app.state.fanout
+    return fanout
 
 
 def task_index_of(request: Request) -> TaskIndex:
@@ -30,6 +36,7 @@ def sessions_of(request: Request) -> SessionStore:
 
 
 Clients = Annotated[Backends, Depends(backends_of)]
+Fanout = Annotated[FanOut, Depends(fanout_of)]
 Index = Annotated[TaskIndex, Depends(task_index_of)]
 Sessions = Annotated[SessionStore, Depends(sessions_of)]
 

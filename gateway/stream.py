@@ -13,26 +13,29 @@ import re
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
-import grpc
 from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from gateway.backends import Backends, tenant_metadata
-from gateway.deps import Clients, parse_types
+from gateway.backends import Backends
+from gateway.deps import Clients, Fanout, parse_types
 from gateway.errors import ApiError
+from gateway.fanout import Chunk, FanOut
 from gateway.fim_dialect import FimTranslator
 from gateway.tasks import ERRORS, require_workflow
 from gateway.tenancy import CallerDep, StreamCallerDep, tenant_for_workflow
 from gateway.tickets import TicketSigner
+from gateway.upstream import UpstreamError
 from shuttle.envelope import to_json_dict, type_name
 from shuttle.metrics import SSE_CONNECTIONS
-from shuttle.v1 import common_pb2, events_pb2
+from shuttle.v1 import common_pb2
 
 router = APIRouter(prefix="/api/v1", tags=["streams"])
 
 PING_SECONDS = 15
 RETRY_MS = 3_000
+# Sent once, before a connection's first frame.
+RETRY_LINE = f"retry: {RETRY_MS}\r\n".encode()
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 Frames = Callable[[common_pb2.Event], list[ServerSentEvent]]
@@ -94,44 +97,54 @@ def fim_frames() -> Frames:
     return frames
 
 
+def typed_frame(event: common_pb2.Event) -> bytes:
+    """The typed frame of `event` as the wire carries it; rendered once per event and
+    shared by every watcher of the workflow (see gateway.fanout)."""
+    return typed_frames(event)[0].encode()
+
+
+def fim_bytes() -> Callable[[Chunk], bytes]:
+    """A connection's ReAct channel frames: the translator keeps state per connection."""
+    render = fim_frames()
+
+    def frames(chunk: Chunk) -> bytes:
+        return b"".join(f.encode() for item in chunk.items for f in render(item.event))
+
+    return frames
+
+
 async def open_stream(
     clients: Backends,
+    fanout: FanOut,
     tenant: str,
     workflow_id: str,
     from_seq: int,
     types: list[common_pb2.EventType.ValueType],
-    render: Frames,
     dialect: str = "typed",
 ) -> EventSourceResponse:
     # Check before answering 200, so a wrong id is a JSON 404 and not an empty stream.
     await require_workflow(clients, tenant, workflow_id)
-    # StreamBatches: a busy log's events come several to a message, which spares the events
-    # service most of gRPC's per-message cost when many browsers follow runs.
-    call = clients.events.StreamBatches(
-        events_pb2.StreamRequest(
-            workflow_id=workflow_id, tenant_id=tenant, from_seq=from_seq, types=types
-        ),
-        metadata=tenant_metadata(tenant),
-    )
+    chunks = fanout.watch(tenant, workflow_id, from_seq, frozenset(types) if types else None)
+    translate = fim_bytes() if dialect == "fim" else None
 
-    async def frames() -> AsyncIterator[ServerSentEvent]:
-        # A client that disconnects cancels this generator and with it the gRPC stream;
-        # the run itself is untouched.
-        first = True
+    async def frames() -> AsyncIterator[bytes]:
+        # A client that disconnects closes this generator and with it its watch; the run
+        # itself is untouched.
+        retry = RETRY_LINE
         SSE_CONNECTIONS.labels(dialect).inc()
         try:
-            async for batch in call:
-                for event in batch.events:
-                    for frame in render(event):
-                        if first:
-                            frame.retry, first = RETRY_MS, False
-                        yield frame
-        except grpc.aio.AioRpcError as exc:
-            error = {"error": {"code": exc.code().name.lower(), "message": exc.details()}}
-            yield ServerSentEvent(data=json.dumps(error), event="error")
+            async for chunk in chunks:
+                data = chunk.frames if translate is None else translate(chunk)
+                if data and retry:
+                    data, retry = retry + data, b""
+                if data:
+                    yield data
+        except UpstreamError as exc:
+            error = {"error": {"code": exc.code, "message": exc.message}}
+            yield ServerSentEvent(data=json.dumps(error), event="error").encode()
         finally:
             SSE_CONNECTIONS.labels(dialect).dec()
-            call.cancel()
+            await chunks.aclose()
 
     return EventSourceResponse(frames(), ping=PING_SECONDS, headers=SSE_HEADERS)
 
@@ -144,6 +157,7 @@ async def stream_sse(
     workflow_id: Annotated[str, Query(min_length=1)],
     caller: StreamCallerDep,
     clients: Clients,
+    fanout: Fanout,
     types: str | None = None,
     last_event_id: str | None = None,
     ticket: str | None = None,
@@ -152,9 +166,7 @@ async def stream_sse(
     """The log as typed SSE frames (`id: seq`, `event: TYPE`, `data: envelope`)."""
     tenant = tenant_for_workflow(caller, workflow_id)
     from_seq = resume_point(last_event_id_header, last_event_id)
-    return await open_stream(
-        clients, tenant, workflow_id, from_seq, parse_types(types), typed_frames
-    )
+    return await open_stream(clients, fanout, tenant, workflow_id, from_seq, parse_types(types))
 
 
 @router.get("/tasks/{workflow_id}/stream", responses=ERRORS)
@@ -162,6 +174,7 @@ async def stream_task(
     workflow_id: str,
     caller: StreamCallerDep,
     clients: Clients,
+    fanout: Fanout,
     dialect: Literal["fim", "typed"] = "fim",
     last_event_id: str | None = None,
     ticket: str | None = None,
@@ -170,8 +183,7 @@ async def stream_task(
     """The log as the ReAct channel protocol (`dialect=fim`) or as typed frames."""
     tenant = tenant_for_workflow(caller, workflow_id)
     from_seq = resume_point(last_event_id_header, last_event_id)
-    render = fim_frames() if dialect == "fim" else typed_frames
-    return await open_stream(clients, tenant, workflow_id, from_seq, [], render, dialect)
+    return await open_stream(clients, fanout, tenant, workflow_id, from_seq, [], dialect)
 
 
 class TicketRequest(BaseModel):

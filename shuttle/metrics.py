@@ -42,6 +42,14 @@ SUBSCRIBER_LAG = Histogram(
 
 # -- gateway --------------------------------------------------------------------------------
 SSE_CONNECTIONS = Gauge("shuttle_sse_connections", "Open SSE streams.", ["dialect"])
+SSE_FEEDS = Gauge(
+    "shuttle_sse_feeds", "Workflows followed by this gateway, one upstream call each."
+)
+SSE_CATCHUPS = Counter(
+    "shuttle_sse_catchups_total",
+    "SSE streams that read on their own upstream call (resumed from before the shared feed's "
+    "buffer, or fell behind it).",
+)
 
 # -- gRPC -----------------------------------------------------------------------------------
 GRPC_SECONDS = Histogram(

@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     ticket_ttl_seconds: int = Field(300, ge=1, le=86_400)
     # Browser origins allowed to call the gateway cross-origin (grpc-web, API); comma list.
     cors_origins: str = ""
+    # SSE watchers of one workflow share one upstream call; frames a slow client has not taken
+    # are kept up to this many bytes, and a client further behind reads on its own call.
+    sse_feed_buffer_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     # Used by the `shuttle` CLI: where the gateway is and the key to present.
     gateway_url: str = ""
     api_key: str = ""
@@ -144,7 +147,7 @@ class Settings(BaseSettings):
     # Until a models registry says otherwise: the model's context window, in tokens.
     context_tokens: int = Field(128_000, ge=1_000)
     # The executor's event emitter: largest Append batch, and how long an unreachable
-    # events service is ridden out before the run fails.
+    # events service is ridden out before the run fails (the gateway's SSE streams too).
     events_batch_max: int = Field(256, ge=1)
     events_retry_seconds: float = Field(30.0, gt=0)
     # The run lease: an executor renews it every third of this while a run is alive; a run

@@ -172,12 +172,13 @@ def sse_fanout(ctx: Context) -> str:
 
 The five processes on the embedded defaults (SQLite, in-process hot tier). N SSE clients
 (raw sockets, one asyncio process) follow one workflow at `GET /api/v1/stream/sse`; the
-producer appends to the events service over gRPC, as the executor does. Each gateway stream
-is one `EventService.Stream` call. *Throughput*: batches of 50 events back to back; events/s
-is events until every client has them all, frames/s is that × clients. *Latency*: one event
-per `Append` at a fixed rate (not waiting for the previous one), from just before the append
-to the client holding the bytes: it includes the commit, the events service, the gateway and
-the clients' own event loop, which shares the two cores with the services.
+producer appends to the events service over gRPC, as the executor does. The clients share one
+`EventService.StreamBatches` call and each event's rendered frame (`gateway/fanout.py`).
+*Throughput*: batches of 50 events back to back; events/s is events until every client has
+them all, frames/s is that × clients. *Latency*: one event per `Append` at a fixed rate (not
+waiting for the previous one), from just before the append to the client holding the bytes:
+it includes the commit, the events service, the gateway and the clients' own event loop,
+which shares the two cores with the services.
 """
     if figures is None:
         return head + "\n" + missing("sse_fanout")
@@ -210,9 +211,9 @@ the clients' own event loop, which shares the two cores with the services.
 
 {chart}
 
-Every frame the gateway sends is an event read from its own gRPC stream, turned into the JSON
-envelope and written to its client: the work grows with events × clients, and the gateway is
-one Python process.
+The gateway reads each event once and renders its frame once; what still grows with events ×
+clients is waking each client's stream and writing the shared bytes to its socket, in one
+Python process.
 """
 
 
