@@ -135,8 +135,9 @@ class GrpcToolHost:
         # Headroom over the tool's own limit so the tool service reports its timeout first.
         self._deadline = timeout_seconds + 5.0
         self._approval_wait = approval_timeout_seconds
-        # Per tool, from ListTools: its own timeout, and whether a human must approve first.
-        self._deadlines: dict[str, float] = {}
+        # Per tenant and tool, from ListTools: the tool's own timeout, and whether a human
+        # must approve first (approval gates may apply to some tenants only).
+        self._deadlines: dict[tuple[str, str], float] = {}
 
     async def list_tools(self, tenant_id: str) -> Sequence[ToolDefinition]:
         response = await self._stub.ListTools(tools_pb2.ListToolsRequest(tenant_id=tenant_id))
@@ -144,7 +145,7 @@ class GrpcToolHost:
             deadline = (t.flags.timeout_seconds or self._deadline - 5.0) + 5.0
             if t.flags.requires_approval:
                 deadline += self._approval_wait
-            self._deadlines[t.name] = deadline
+            self._deadlines[(tenant_id, t.name)] = deadline
         return [_tool_definition(t.name, t.description, t.parameters_json) for t in response.tools]
 
     async def execute(self, call: ToolInvocation) -> ToolOutcome:
@@ -158,7 +159,7 @@ class GrpcToolHost:
         )
         try:
             response = await self._stub.Execute(
-                request, timeout=self._deadlines.get(call.name, self._deadline)
+                request, timeout=self._deadlines.get((call.tenant_id, call.name), self._deadline)
             )
         except grpc.aio.AioRpcError as exc:
             message = f"tool {call.name} could not run: {exc.code().name}: {exc.details()}"

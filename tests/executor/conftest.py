@@ -152,12 +152,17 @@ class Backends:
 
 
 async def start_backends(
-    data_dir: Path, planner_model_url: str = "", tool_hooks: str = ""
+    data_dir: Path,
+    planner_model_url: str = "",
+    tool_hooks: str = "",
+    tool_timeout_seconds: float = 10,
 ) -> tuple[Backends, list[GrpcService]]:
     """The planner uses the demo model, or the OpenAI-compatible server at
     `planner_model_url`; `tool_hooks` is a hooks file's text for the tools service (whose
     approvals then go on the events service's log)."""
-    settings = Settings(data_dir=data_dir, database_url="", tool_timeout_seconds=10)
+    settings = Settings(
+        data_dir=data_dir, database_url="", tool_timeout_seconds=tool_timeout_seconds
+    )
     planner_settings = settings
     if planner_model_url:
         planner_settings = settings.model_copy(
@@ -188,10 +193,15 @@ async def start_backends(
 
 @asynccontextmanager
 async def running_backends(
-    data_dir: Path, planner_model_url: str = "", tool_hooks: str = ""
+    data_dir: Path,
+    planner_model_url: str = "",
+    tool_hooks: str = "",
+    tool_timeout_seconds: float = 10,
 ) -> AsyncIterator[Backends]:
     """`start_backends`, stopped again (executors, channels, services) on the way out."""
-    started, services = await start_backends(data_dir, planner_model_url, tool_hooks)
+    started, services = await start_backends(
+        data_dir, planner_model_url, tool_hooks, tool_timeout_seconds
+    )
     try:
         yield started
     finally:
