@@ -47,8 +47,12 @@ def error_response(
 
 
 def from_rpc_error(exc: grpc.aio.AioRpcError) -> ApiError:
-    status, code = _GRPC_TO_HTTP.get(exc.code(), (502, "upstream_error"))
-    return ApiError(status, code, exc.details() or exc.code().name)
+    return from_grpc_status(exc.code(), exc.details() or exc.code().name)
+
+
+def from_grpc_status(grpc_status: grpc.StatusCode, message: str) -> ApiError:
+    status, code = _GRPC_TO_HTTP.get(grpc_status, (502, "upstream_error"))
+    return ApiError(status, code, message)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -23,7 +23,9 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 
-from gateway.upstream import STREAM_END, Upstream, UpstreamError, follow
+import grpc
+
+from shuttle.log_follow import STREAM_END, Upstream, UpstreamError, follow
 from shuttle.metrics import SSE_CATCHUPS, SSE_FEEDS
 from shuttle.v1 import common_pb2, events_pb2_grpc
 
@@ -161,7 +163,9 @@ class Feed:
             self.error = exc
         except Exception as exc:
             log.exception("SSE feed failed")
-            self.error = UpstreamError("internal", f"the gateway could not follow the log: {exc}")
+            self.error = UpstreamError(
+                grpc.StatusCode.INTERNAL, f"the gateway could not follow the log: {exc}"
+            )
         finally:
             self.done = True
             self._notify()

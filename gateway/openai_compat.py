@@ -15,20 +15,19 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-import grpc
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from gateway.backends import Backends, tenant_metadata
+from gateway.backends import Backends
 from gateway.deps import Clients, Index, Sessions
-from gateway.errors import ApiError
+from gateway.errors import ApiError, from_grpc_status
 from gateway.submit import TaskSpec, submit
 from gateway.tenancy import CallerDep
 from shuttle.envelope import type_name
+from shuttle.log_follow import UpstreamError, follow
 from shuttle.settings import Settings
-from shuttle.v1 import events_pb2
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -109,18 +108,15 @@ async def list_models(caller: CallerDep, request: Request) -> dict[str, Any]:
 
 
 async def _events(
-    backends: Backends, tenant: str, workflow_id: str
+    backends: Backends, tenant: str, workflow_id: str, retry_seconds: float
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    call = backends.events.StreamBatches(
-        events_pb2.StreamRequest(workflow_id=workflow_id, tenant_id=tenant, from_seq=1),
-        metadata=tenant_metadata(tenant),
-    )
+    log = follow(backends.events, tenant, workflow_id, 1, retry_seconds)
     try:
-        async for batch in call:
-            for event in batch.events:
+        async for events in log:
+            for event in events:
                 yield type_name(event.type), json.loads(event.payload_json or "{}")
     finally:
-        call.cancel()
+        await log.aclose()
 
 
 def chat_usage(payload: dict[str, Any]) -> dict[str, int]:
@@ -159,23 +155,27 @@ async def chat_completions(
         "shuttle_workflow_id": workflow_id,
         "shuttle_session_id": started.session_id,
     }
-    events = _events(clients, caller.tenant_id, workflow_id)
+    settings: Settings = request.app.state.settings
+    events = _events(clients, caller.tenant_id, workflow_id, settings.events_retry_seconds)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return EventSourceResponse(
             _chunks(events, base, include_usage), ping=15, headers={"Cache-Control": "no-cache"}
         )
     answer, usage, failure = "", chat_usage({}), ""
-    async for kind, payload in events:
-        if kind == "THREAD_MESSAGE_COMPLETED":
-            answer = str(payload.get("content", ""))
-        elif kind == "WORKFLOW_COMPLETED":
-            answer = str(payload.get("result", answer))
-            usage = chat_usage(payload)
-        elif kind == "ERROR_OCCURRED" and payload.get("fatal"):
-            failure = str(payload.get("error_message", "the run failed"))
-        elif kind == "WORKFLOW_CANCELLED":
-            failure = "the run was cancelled"
+    try:
+        async for kind, payload in events:
+            if kind == "THREAD_MESSAGE_COMPLETED":
+                answer = str(payload.get("content", ""))
+            elif kind == "WORKFLOW_COMPLETED":
+                answer = str(payload.get("result", answer))
+                usage = chat_usage(payload)
+            elif kind == "ERROR_OCCURRED" and payload.get("fatal"):
+                failure = str(payload.get("error_message", "the run failed"))
+            elif kind == "WORKFLOW_CANCELLED":
+                failure = "the run was cancelled"
+    except UpstreamError as exc:
+        raise from_grpc_status(exc.status, f"events service: {exc.message}") from exc
     if failure:
         raise ApiError(502, "run_failed", f"workflow {workflow_id}: {failure}")
     return JSONResponse(
@@ -224,7 +224,7 @@ async def _chunks(
                 message = str(payload.get("error_message", "the run was cancelled"))
                 error = {"error": {"message": message, "type": "run_failed", "code": None}}
                 yield ServerSentEvent(data=json.dumps(error))
-    except grpc.aio.AioRpcError as exc:
-        error = {"error": {"message": exc.details(), "type": "upstream_error", "code": None}}
+    except UpstreamError as exc:
+        error = {"error": {"message": exc.message, "type": "upstream_error", "code": exc.code}}
         yield ServerSentEvent(data=json.dumps(error))
     yield ServerSentEvent(data="[DONE]")

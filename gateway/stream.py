@@ -25,8 +25,8 @@ from gateway.fim_dialect import FimTranslator
 from gateway.tasks import ERRORS, require_workflow
 from gateway.tenancy import CallerDep, StreamCallerDep, tenant_for_workflow
 from gateway.tickets import TicketSigner
-from gateway.upstream import UpstreamError
 from shuttle.envelope import to_json_dict, type_name
+from shuttle.log_follow import UpstreamError
 from shuttle.metrics import SSE_CONNECTIONS
 from shuttle.v1 import common_pb2
 

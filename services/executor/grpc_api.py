@@ -11,6 +11,7 @@ from services.executor.grpc_log import GrpcWorkflowLog
 from services.executor.runs import RunManager, RunRequest
 from shuttle.grpc_client import tenant_metadata
 from shuttle.grpc_server import Context
+from shuttle.log_follow import UpstreamError, follow
 from shuttle.v1 import (
     common_pb2,
     events_pb2,
@@ -47,9 +48,12 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         runs: RunManager,
         events: events_pb2_grpc.EventServiceAsyncStub,
         desk: CommandDesk | None = None,
+        *,
+        events_retry_seconds: float = 30.0,
     ) -> None:
         self._runs = runs
         self._events = events
+        self._events_retry_seconds = events_retry_seconds
         self._desk = desk or CommandDesk(GrpcWorkflowLog(events), runs.deliver)
 
     async def _start(self, request: executor_pb2.StartRunRequest, context: Context) -> str:
@@ -91,14 +95,15 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         self, request: executor_pb2.StartRunRequest, context: Context
     ) -> AsyncIterator[common_pb2.Event]:
         workflow_id = await self._start(request, context)
-        follow = events_pb2.StreamRequest(
-            workflow_id=workflow_id, tenant_id=request.tenant_id, from_seq=1
-        )
-        metadata = tenant_metadata(request.tenant_id)
-        # Several events per message from the log: a run's events come in bursts.
-        async for batch in self._events.StreamBatches(follow, metadata=metadata):
-            for event in batch.events:
-                yield event
+        # Followed like the gateway follows a log: an events service restart mid-run costs
+        # the caller neither its stream nor an event.
+        log = follow(self._events, request.tenant_id, workflow_id, 1, self._events_retry_seconds)
+        try:
+            async for events in log:
+                for event in events:
+                    yield event
+        except UpstreamError as exc:
+            await context.abort(exc.status, f"events service: {exc.message}")
 
     async def GetRun(
         self, request: executor_pb2.GetRunRequest, context: Context

@@ -14,9 +14,9 @@ from prometheus_client import REGISTRY
 
 from gateway.fanout import RECENT_BYTES, Chunk, FanOut
 from gateway.stream import typed_frame
-from gateway.upstream import UpstreamError
 from shuttle.envelope import type_name, type_value
 from shuttle.grpc_client import tenant_metadata
+from shuttle.log_follow import UpstreamError
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 from tests.events.helpers import draft
 from tests.support.events_process import EventsProcess

@@ -1,7 +1,8 @@
 """One workflow's log followed through EventService.StreamBatches, riding out restarts.
 
 A call that fails with a transient status is opened again from the seq after the last event
-it delivered, so the caller sees one unbroken sequence: no gap, no repeat.
+it delivered, so the caller sees one unbroken sequence: no gap, no repeat. The gateway's SSE
+feeds, its OpenAI-compatible stream and the executor's Run all read a log this way.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from collections.abc import AsyncGenerator, Sequence
 
 import grpc
 
-from gateway.backends import tenant_metadata
 from shuttle.envelope import type_value
+from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 STREAM_END = type_value("STREAM_END")
@@ -29,9 +30,10 @@ class UpstreamError(Exception):
     """The log cannot be followed: a status that retrying cannot change, or the events
     service stayed unreachable for the whole retry window."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
+    def __init__(self, status: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{status.name.lower()}: {message}")
+        self.status = status
+        self.code = status.name.lower()
         self.message = message
 
 
@@ -65,11 +67,11 @@ async def follow(
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             if code not in TRANSIENT_CODES:
-                raise UpstreamError(code.name.lower(), str(exc.details())) from exc
+                raise UpstreamError(code, str(exc.details())) from exc
             now = time.monotonic()
             failing_since = now if failing_since is None else failing_since
             if now - failing_since >= retry_seconds:
-                raise UpstreamError(code.name.lower(), str(exc.details())) from exc
+                raise UpstreamError(code, str(exc.details())) from exc
         finally:
             call.cancel()
         await asyncio.sleep(backoff)
