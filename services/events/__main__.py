@@ -75,7 +75,7 @@ async def build(settings: Settings) -> GrpcService:
         name="events",
         service_names=[SERVICE_NAME],
         register=register,
-        on_stop=[sweeper.stop, retention.stop, *cleanups, engine.dispose],
+        on_stop=[sweeper.stop, retention.stop, *cleanups, store.close, engine.dispose],
     )
 
 
