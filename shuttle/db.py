@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Dialect, TypeDecorator, event
+from sqlalchemy import DateTime, Dialect, Engine, TypeDecorator, event
+from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -28,6 +29,14 @@ def create_engine(
     )
     if sqlite:
         event.listen(engine.sync_engine, "connect", _tune_sqlite)
+    return engine
+
+
+def sqlite_sync_engine(url: str) -> Engine:
+    """A synchronous engine on the same SQLite file as the async `url`, tuned alike."""
+    parsed = make_url(url)
+    engine = create_sync_engine(parsed.set(drivername="sqlite"))
+    event.listen(engine, "connect", _tune_sqlite)
     return engine
 
 

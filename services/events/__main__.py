@@ -12,9 +12,8 @@ from shuttle.envelope import EPHEMERAL_TYPES
 from shuttle.grpc_server import Cleanup, GrpcService
 from shuttle.process import main
 from shuttle.settings import Settings
-from shuttle.v1 import events_pb2_grpc
 
-from .grpc_api import SERVICE_NAME, EventServiceServicer
+from .grpc_api import SERVICE_NAME, EventServiceServicer, add_to_server
 from .hot import HotTier, MemoryHotTier
 from .leases import LeaseStore
 from .log import EventLog
@@ -70,13 +69,13 @@ async def build(settings: Settings) -> GrpcService:
     sweeper.start()
 
     def register(server: grpc.aio.Server) -> None:
-        events_pb2_grpc.add_EventServiceServicer_to_server(servicer, server)
+        add_to_server(servicer, server)
 
     return GrpcService(
         name="events",
         service_names=[SERVICE_NAME],
         register=register,
-        on_stop=[sweeper.stop, retention.stop, *cleanups, engine.dispose],
+        on_stop=[sweeper.stop, retention.stop, *cleanups, store.close, engine.dispose],
     )
 
 

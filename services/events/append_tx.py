@@ -16,7 +16,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, Update, bindparam, case, insert, select, update
+from sqlalchemy import (
+    Connection,
+    RowMapping,
+    Select,
+    Update,
+    bindparam,
+    case,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .errors import EventsError, FailedPrecondition, InvalidArgument, NotFound
@@ -43,8 +53,8 @@ class _Rows:
     tool_results: list[dict[str, Any]] = field(default_factory=list)
 
 
-async def append_group(
-    conn: AsyncConnection,
+def append_group(
+    conn: Connection,
     requests: Sequence[AppendRequest],
     now: datetime,
     ephemeral: frozenset[str],
@@ -53,7 +63,10 @@ async def append_group(
     order. A batch refused on its own (unknown workflow, closed log, a retry found in
     ``appends``) changes nothing and leaves the others to commit. A repeated batch that
     slipped past the counter check fails the ``appends`` insert (IntegrityError), which the
-    caller must answer by rolling the whole group back."""
+    caller must answer by rolling the whole group back.
+
+    Synchronous, so a whole transaction can run in one call on a database thread (see
+    ``sqlite_writer``) or through ``AsyncConnection.run_sync``."""
     outcomes: list[Outcome | None] = [None] * len(requests)
     updates = [derive_update(request.batch) for request in requests]
     rows = _Rows()
@@ -62,11 +75,11 @@ async def append_group(
     for run in _runs(order, requests, updates):
         first = requests[run[0]]
         count = sum(len(requests[i].batch) for i in run)
-        last_seq = (await conn.execute(*_bump_for(first, updates[run[0]], count, now))).scalar()
+        last_seq = conn.execute(*_bump_for(first, updates[run[0]], count, now)).scalar()
         if last_seq is None:
             for index in run:
                 try:
-                    outcomes[index] = await _unbumped_answer(conn, requests[index])
+                    outcomes[index] = _unbumped_answer(conn, requests[index])
                 except EventsError as refused:
                     outcomes[index] = refused
             continue
@@ -75,11 +88,11 @@ async def append_group(
             outcomes[index] = _stored(requests[index], next_seq, now, ephemeral, rows)
             next_seq += len(requests[index].batch)
     if rows.appends:
-        await conn.execute(insert(appends), rows.appends)
+        conn.execute(insert(appends), rows.appends)
     if rows.events:
-        await conn.execute(insert(events), rows.events)
+        conn.execute(insert(events), rows.events)
     if rows.tool_results:
-        await conn.execute(insert(tool_results), rows.tool_results)
+        conn.execute(insert(tool_results), rows.tool_results)
     return [outcome for outcome in outcomes if outcome is not None]
 
 
@@ -212,43 +225,49 @@ def _lifecycle_bump(
     return _bump(values)
 
 
-async def _unbumped_answer(conn: AsyncConnection, request: AppendRequest) -> Appended:
+def _unbumped_answer(conn: Connection, request: AppendRequest) -> Appended:
     """The counter bump matched no row: an earlier append of this very batch whose log has
     ended since, or else the closed-log answer (NotFound / FailedPrecondition)."""
     if request.producer_id:
-        earlier = await earlier_append(conn, request)
+        earlier = earlier_append(conn, request)
         if earlier is not None:
             return repeat_of(earlier, request)
-    return await _closed_log_answer(conn, request)
+    return _closed_log_answer(conn, request)
 
 
 async def workflow_row(conn: AsyncConnection, workflow_id: str, tenant_id: str) -> RowMapping:
     """The workflow's row; NotFound when missing or owned by another tenant."""
-    row = (
-        (
-            await conn.execute(
-                select(workflows).where(
-                    workflows.c.id == workflow_id, workflows.c.tenant_id == tenant_id
-                )
-            )
-        )
-        .mappings()
-        .one_or_none()
+    query = _workflow_query(workflow_id, tenant_id)
+    return _found((await conn.execute(query)).mappings().one_or_none(), workflow_id)
+
+
+def workflow_row_sync(conn: Connection, workflow_id: str, tenant_id: str) -> RowMapping:
+    """`workflow_row` on a synchronous connection."""
+    query = _workflow_query(workflow_id, tenant_id)
+    return _found(conn.execute(query).mappings().one_or_none(), workflow_id)
+
+
+def _workflow_query(workflow_id: str, tenant_id: str) -> Select[Any]:
+    return select(workflows).where(
+        workflows.c.id == workflow_id, workflows.c.tenant_id == tenant_id
     )
+
+
+def _found(row: RowMapping | None, workflow_id: str) -> RowMapping:
     if row is None:
         raise NotFound(f"workflow {workflow_id!r} not found")
     return row
 
 
-async def earlier_append(conn: AsyncConnection, request: AppendRequest) -> RowMapping | None:
+def earlier_append(conn: Connection, request: AppendRequest) -> RowMapping | None:
     """The record of an earlier append of this batch, after checking the caller's tenant."""
-    await workflow_row(conn, request.workflow_id, request.tenant_id)
+    workflow_row_sync(conn, request.workflow_id, request.tenant_id)
     query = select(appends.c.first_seq, appends.c.count).where(
         appends.c.workflow_id == request.workflow_id,
         appends.c.producer_id == request.producer_id,
         appends.c.batch_seq == request.batch_seq,
     )
-    return (await conn.execute(query)).mappings().one_or_none()
+    return conn.execute(query).mappings().one_or_none()
 
 
 def repeat_of(earlier: RowMapping, request: AppendRequest) -> Appended:
@@ -263,11 +282,11 @@ def repeat_of(earlier: RowMapping, request: AppendRequest) -> Appended:
     return Appended(events=[], seqs=list(range(first, first + count)), repeated=True)
 
 
-async def _closed_log_answer(conn: AsyncConnection, request: AppendRequest) -> Appended:
+def _closed_log_answer(conn: Connection, request: AppendRequest) -> Appended:
     """No such workflow (NotFound), or its log has ended. A lone STREAM_END then is the
     producer closing a log the service already closed after its terminal event: it gets
     that STREAM_END's seq back. Anything else is refused."""
-    row = await workflow_row(conn, request.workflow_id, request.tenant_id)
+    row = workflow_row_sync(conn, request.workflow_id, request.tenant_id)
     last_seq: int = row["last_seq"]
     if _types(request.batch) == ["STREAM_END"]:
         return Appended(events=[], seqs=[last_seq], repeated=True)

@@ -3,37 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterable, Iterator
-from datetime import UTC, datetime
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from datetime import UTC
 from typing import Any, NoReturn, TypeVar
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
+from google.protobuf.message_factory import GetMessageClass
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
-from shuttle.envelope import stream_id, type_name, type_value
+from shuttle.envelope import type_name
 from shuttle.grpc_client import TENANT_METADATA_KEY
 from shuttle.metrics import COMMAND_FEEDS
 from shuttle.telemetry import current_trace_id
-from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
+from shuttle.v1 import common_pb2, events_pb2
 
 from .command_watches import CommandWatches, WatchItem
 from .errors import AlreadyExists, EventsError, FailedPrecondition, InvalidArgument, NotFound
 from .leases import LeaseStore
 from .log import EventLog
-from .records import NewEvent, StoredEvent, WorkflowRecord, WorkflowStatus
+from .records import NewEvent, WorkflowRecord, WorkflowStatus
+from .wire import EventEncoder, event_message, timestamp
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME: str = events_pb2.DESCRIPTOR.services_by_name["EventService"].full_name
-
-# An EventBatch message carries at most about this much (a lone larger event goes alone).
-MAX_BATCH_MESSAGE_BYTES = 512 * 1024
-# Counted in characters, which UTF-8 may quadruple: hence the wide margin below 4 MiB.
-# Room for the fields besides payload and message.
-_EVENT_OVERHEAD = 256
+_SERVICE = events_pb2.DESCRIPTOR.services_by_name["EventService"]
+SERVICE_NAME: str = _SERVICE.full_name
 
 _T = TypeVar("_T")
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -46,12 +41,16 @@ _CODES: dict[type[EventsError], grpc.StatusCode] = {
 }
 
 
-class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
-    """Each RPC converts its request, calls EventLog, and converts the answer back."""
+class EventServiceServicer:
+    """Each RPC converts its request, calls EventLog, and converts the answer back.
+
+    Stream and StreamBatches yield serialized messages (see `add_to_server`), each event
+    encoded once by `encoder` whatever the number of subscribers."""
 
     def __init__(self, event_log: EventLog, leases: LeaseStore) -> None:
         self._log = event_log
         self._leases = leases
+        self.encoder = EventEncoder()
 
     async def CreateWorkflow(
         self,
@@ -101,8 +100,8 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
     async def Stream(
         self,
         request: events_pb2.StreamRequest,
-        context: grpc.aio.ServicerContext[events_pb2.StreamRequest, common_pb2.Event],
-    ) -> AsyncIterator[common_pb2.Event]:
+        context: grpc.aio.ServicerContext[events_pb2.StreamRequest, bytes],
+    ) -> AsyncIterator[bytes]:
         tenant = await _tenant(context, request.tenant_id)
         events = self._log.stream(
             request.workflow_id,
@@ -112,15 +111,15 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
         )
         try:
             async for event in events:
-                yield event_message(event)
+                yield self.encoder.event_bytes(event)
         except (EventsError, SQLAlchemyError, OSError) as exc:
             await _abort(context, exc)
 
     async def StreamBatches(
         self,
         request: events_pb2.StreamRequest,
-        context: grpc.aio.ServicerContext[events_pb2.StreamRequest, events_pb2.EventBatch],
-    ) -> AsyncIterator[events_pb2.EventBatch]:
+        context: grpc.aio.ServicerContext[events_pb2.StreamRequest, bytes],
+    ) -> AsyncIterator[bytes]:
         tenant = await _tenant(context, request.tenant_id)
         batches = self._log.stream_batches(
             request.workflow_id,
@@ -130,8 +129,8 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
         )
         try:
             async for batch in batches:
-                for part in _parts(batch):
-                    yield events_pb2.EventBatch(events=[event_message(e) for e in part])
+                for message in self.encoder.batch_bytes(batch):
+                    yield message
         except (EventsError, SQLAlchemyError, OSError) as exc:
             await _abort(context, exc)
 
@@ -192,7 +191,7 @@ class EventServiceServicer(events_pb2_grpc.EventServiceServicer):
         COMMAND_FEEDS.inc()
         try:
             async for item in watches.items():
-                for message in _feed_messages(item):
+                for message in _feed_messages(item, self.encoder):
                     yield message
         finally:
             COMMAND_FEEDS.dec()
@@ -223,9 +222,9 @@ async def _read_watches(
         watches.finish()
 
 
-def _feed_messages(item: WatchItem) -> Iterator[events_pb2.CommandFeed]:
+def _feed_messages(item: WatchItem, encoder: EventEncoder) -> Iterator[events_pb2.CommandFeed]:
     """The item in messages under the size limit, its end or error on the last one."""
-    parts = list(_parts(list(item.events))) or [[]]
+    parts = list(encoder.parts(list(item.events))) or [[]]
     for part in parts[:-1]:
         yield events_pb2.CommandFeed(
             workflow_id=item.workflow_id, events=[event_message(e) for e in part]
@@ -250,6 +249,45 @@ def _status(exc: Exception) -> tuple[grpc.StatusCode, str]:
     if storage_unavailable(exc):
         return grpc.StatusCode.UNAVAILABLE, "event storage is unavailable; retry"
     return grpc.StatusCode.INTERNAL, "event storage failed; see the events log"
+
+
+_HANDLER_KINDS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+# The streaming RPCs whose handlers yield messages already serialized.
+_PRE_ENCODED = frozenset({"Stream", "StreamBatches"})
+
+
+def add_to_server(servicer: EventServiceServicer, server: grpc.aio.Server) -> None:
+    """Register EventService on `server`, with handlers built from the service descriptor.
+
+    Not the generated add_EventServiceServicer_to_server: it fixes each response's
+    serializer to the message class's, whereas Stream and StreamBatches hand gRPC bytes
+    encoded once per event for all subscribers; their serializer passes the bytes through.
+    """
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in _SERVICE.methods:
+        request_class = GetMessageClass(method.input_type)
+        serialize: Callable[[Any], bytes] = (
+            _as_is
+            if method.name in _PRE_ENCODED
+            else GetMessageClass(method.output_type).SerializeToString
+        )
+        make = _HANDLER_KINDS[method.client_streaming, method.server_streaming]
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=request_class.FromString,
+            response_serializer=serialize,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
+def _as_is(message: bytes) -> bytes:
+    return message
 
 
 async def _tenant(context: Context, field_value: str) -> str:
@@ -282,38 +320,6 @@ def new_event(draft: common_pb2.EventDraft) -> NewEvent:
     )
 
 
-@functools.lru_cache(maxsize=16_384)
-def event_message(event: StoredEvent) -> common_pb2.Event:
-    """The wire form of a stored event. Cached: a live event goes out to every subscriber of
-    its workflow, and the message is only read (serialized) by gRPC, never changed."""
-    return common_pb2.Event(
-        workflow_id=event.workflow_id,
-        type=type_value(event.type),
-        agent_id=event.agent_id,
-        message=event.message,
-        timestamp=_timestamp(event.timestamp),
-        seq=event.seq,
-        stream_id=stream_id(event.seq),
-        payload_json=event.payload_json,
-        trace_id=event.trace_id,
-    )
-
-
-def _parts(batch: list[StoredEvent]) -> Iterator[list[StoredEvent]]:
-    """`batch` cut into runs that fit a message well under gRPC's default 4 MiB limit."""
-    part: list[StoredEvent] = []
-    size = 0
-    for event in batch:
-        event_size = len(event.payload_json) + len(event.message) + _EVENT_OVERHEAD
-        if part and size + event_size > MAX_BATCH_MESSAGE_BYTES:
-            yield part
-            part, size = [], 0
-        part.append(event)
-        size += event_size
-    if part:
-        yield part
-
-
 def workflow_message(record: WorkflowRecord) -> events_pb2.Workflow:
     return events_pb2.Workflow(
         workflow_id=record.workflow_id,
@@ -323,8 +329,8 @@ def workflow_message(record: WorkflowRecord) -> events_pb2.Workflow:
         last_seq=record.last_seq,
         query=record.query,
         session_id=record.session_id,
-        created_at=_timestamp(record.created_at),
-        updated_at=_timestamp(record.updated_at),
+        created_at=timestamp(record.created_at),
+        updated_at=timestamp(record.updated_at),
         result=record.result,
         error=record.error,
         usage=common_pb2.Usage(
@@ -335,7 +341,7 @@ def workflow_message(record: WorkflowRecord) -> events_pb2.Workflow:
         ),
         duration_ms=record.duration_ms,
         lease_owner=record.lease_owner,
-        lease_expires_at=_timestamp(record.lease_expires_at) if record.lease_expires_at else None,
+        lease_expires_at=timestamp(record.lease_expires_at) if record.lease_expires_at else None,
     )
 
 
@@ -358,16 +364,6 @@ def _type_name(value: int) -> str:
 
 def _type_names(values: Iterable[int]) -> list[str]:
     return [_type_name(value) for value in values]
-
-
-def _timestamp(moment: datetime) -> Timestamp:
-    # Timestamp.FromDatetime goes through time tuples; this is the same value, faster.
-    whole = moment - _EPOCH
-    seconds = whole.days * 86_400 + whole.seconds
-    return Timestamp(seconds=seconds, nanos=whole.microseconds * 1000)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 async def _call(context: Context, operation: Awaitable[_T]) -> _T:

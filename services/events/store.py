@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,6 +26,7 @@ from .records import (
     WorkflowStatus,
 )
 from .rows import stored_event, workflow_record
+from .sqlite_writer import SqliteWriter
 
 Clock = Callable[[], datetime]
 
@@ -61,6 +62,10 @@ class SqlEventStore:
         self.single_writer = engine.dialect.name == "sqlite"
         """Whether the database takes one write transaction at a time."""
         self._write_lock = asyncio.Lock() if self.single_writer else contextlib.nullcontext()
+        url = engine.url.render_as_string(hide_password=False)
+        self._sqlite_writer = (
+            SqliteWriter(url) if self.single_writer and SqliteWriter.usable(url) else None
+        )
 
     @property
     def write_lock(self) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -183,8 +188,25 @@ class SqlEventStore:
         return outcomes
 
     async def _append_together(self, requests: Sequence[AppendRequest]) -> list[Outcome]:
-        async with self._write_lock, self._engine.begin() as conn:
-            return await append_group(conn, requests, self._clock(), self._ephemeral)
+        async with self._write_lock:
+            now = self._clock()
+            if self._sqlite_writer is not None:
+                return await self._sqlite_writer.run(append_group, requests, now, self._ephemeral)
+            async with self._engine.begin() as conn:
+                return await conn.run_sync(append_group, requests, now, self._ephemeral)
+
+    @property
+    def append_engine(self) -> Engine:
+        """The engine append transactions commit on."""
+        if self._sqlite_writer is not None:
+            return self._sqlite_writer.engine
+        return self._engine.sync_engine
+
+    async def close(self) -> None:
+        """Release the SQLite writer's thread and connection (the engine is the caller's)."""
+        if self._sqlite_writer is not None:
+            writer, self._sqlite_writer = self._sqlite_writer, None
+            await asyncio.to_thread(writer.close)
 
     async def _after_conflict(self, request: AppendRequest, conflict: IntegrityError) -> Outcome:
         """The batch collided with a stored one: a retry (by this replica or another)
@@ -193,7 +215,7 @@ class SqlEventStore:
             raise conflict
         try:
             async with self._engine.connect() as conn:
-                earlier = await earlier_append(conn, request)
+                earlier = await conn.run_sync(earlier_append, request)
             if earlier is None:
                 raise conflict
             return repeat_of(earlier, request)

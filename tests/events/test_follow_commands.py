@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from services.events.grpc_api import MAX_BATCH_MESSAGE_BYTES
+from services.events.wire import MAX_BATCH_MESSAGE_BYTES
 from shuttle.envelope import type_name
 from shuttle.grpc_client import tenant_metadata
 from shuttle.metrics import COMMAND_WATCHES

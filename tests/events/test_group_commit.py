@@ -39,9 +39,9 @@ async def stored_seqs(engine: AsyncEngine, workflow_id: str) -> list[int]:
         return [int(seq) for seq in rows.scalars()]
 
 
-def count_commits(engine: AsyncEngine) -> list[int]:
+def count_commits(store: SqlEventStore) -> list[int]:
     commits: list[int] = []
-    sa_event.listen(engine.sync_engine, "commit", lambda _conn: commits.append(1))
+    sa_event.listen(store.append_engine, "commit", lambda _conn: commits.append(1))
     return commits
 
 
@@ -139,7 +139,7 @@ async def test_concurrent_appends_to_the_log_share_a_commit(
     ids = [f"wf-{n}" for n in range(5)]
     for workflow_id in ids:
         await store.create_workflow(workflow_id=workflow_id, tenant_id="t1")
-    commits = count_commits(engine)
+    commits = count_commits(store)
     results = await asyncio.gather(
         *(log.append(workflow_id, "t1", progress(1)) for _ in range(10) for workflow_id in ids)
     )
@@ -202,7 +202,7 @@ async def test_a_group_stops_at_its_event_bound_and_the_rest_commits_next(
 ) -> None:
     log = EventLog(store, hot)
     await store.create_workflow(workflow_id="wf-big", tenant_id="t1")
-    commits = count_commits(engine)
+    commits = count_commits(store)
     per_batch = MAX_GROUP_EVENTS // 5
     appends = [log.append("wf-big", "t1", progress(per_batch)) for _ in range(6)]
     results = await asyncio.gather(*appends)

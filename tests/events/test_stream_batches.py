@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import grpc
 import pytest
 
-from services.events.grpc_api import MAX_BATCH_MESSAGE_BYTES
+from services.events.wire import MAX_BATCH_MESSAGE_BYTES
 from shuttle.envelope import type_name, type_value
 from shuttle.v1 import common_pb2, events_pb2
 
