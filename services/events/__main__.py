@@ -13,7 +13,8 @@ from shuttle.grpc_server import Cleanup, GrpcService
 from shuttle.process import main
 from shuttle.settings import Settings
 
-from .grpc_api import SERVICE_NAME, EventServiceServicer, add_to_server
+from .grpc_api import EventServiceServicer
+from .grpc_registration import SERVICE_NAME, add_to_server
 from .hot import HotTier, MemoryHotTier
 from .leases import LeaseStore
 from .log import EventLog

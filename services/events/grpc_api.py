@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterable, Iterator
 from datetime import UTC
 from typing import Any, NoReturn, TypeVar
 
 import grpc
-from google.protobuf.message_factory import GetMessageClass
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
 from shuttle.envelope import type_name
@@ -27,8 +26,6 @@ from .wire import EventEncoder, event_message, timestamp
 
 log = logging.getLogger(__name__)
 
-_SERVICE = events_pb2.DESCRIPTOR.services_by_name["EventService"]
-SERVICE_NAME: str = _SERVICE.full_name
 
 _T = TypeVar("_T")
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -249,45 +246,6 @@ def _status(exc: Exception) -> tuple[grpc.StatusCode, str]:
     if storage_unavailable(exc):
         return grpc.StatusCode.UNAVAILABLE, "event storage is unavailable; retry"
     return grpc.StatusCode.INTERNAL, "event storage failed; see the events log"
-
-
-_HANDLER_KINDS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
-    (False, False): grpc.unary_unary_rpc_method_handler,
-    (False, True): grpc.unary_stream_rpc_method_handler,
-    (True, False): grpc.stream_unary_rpc_method_handler,
-    (True, True): grpc.stream_stream_rpc_method_handler,
-}
-# The streaming RPCs whose handlers yield messages already serialized.
-_PRE_ENCODED = frozenset({"Stream", "StreamBatches"})
-
-
-def add_to_server(servicer: EventServiceServicer, server: grpc.aio.Server) -> None:
-    """Register EventService on `server`, with handlers built from the service descriptor.
-
-    Not the generated add_EventServiceServicer_to_server: it fixes each response's
-    serializer to the message class's, whereas Stream and StreamBatches hand gRPC bytes
-    encoded once per event for all subscribers; their serializer passes the bytes through.
-    """
-    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
-    for method in _SERVICE.methods:
-        request_class = GetMessageClass(method.input_type)
-        serialize: Callable[[Any], bytes] = (
-            _as_is
-            if method.name in _PRE_ENCODED
-            else GetMessageClass(method.output_type).SerializeToString
-        )
-        make = _HANDLER_KINDS[method.client_streaming, method.server_streaming]
-        handlers[method.name] = make(
-            getattr(servicer, method.name),
-            request_deserializer=request_class.FromString,
-            response_serializer=serialize,
-        )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-    server.add_registered_method_handlers(SERVICE_NAME, handlers)
-
-
-def _as_is(message: bytes) -> bytes:
-    return message
 
 
 async def _tenant(context: Context, field_value: str) -> str:

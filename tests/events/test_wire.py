@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 import grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.events.grpc_api import EventServiceServicer, add_to_server
+from services.events.grpc_api import EventServiceServicer
+from services.events.grpc_registration import add_to_server
 from services.events.leases import LeaseStore
 from services.events.log import EventLog
 from services.events.records import StoredEvent
