@@ -60,7 +60,7 @@ async def build(settings: Settings) -> GrpcService:
         )
         poll = None
     event_log = EventLog(store, hot, poll_seconds=poll)
-    leases = LeaseStore(engine, write_lock=store.write_lock)
+    leases = LeaseStore(engine, writes=store)
     servicer = EventServiceServicer(event_log, leases)
     retention = RetentionTask(
         engine, settings.events_retention_days, settings.events_purge_interval_seconds

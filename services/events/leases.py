@@ -7,21 +7,18 @@ is one conditional UPDATE, so replicas racing on the same row never both win.
 
 from __future__ import annotations
 
-import contextlib
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from sqlalchemy import ColumnElement, and_, or_, select, update
+from sqlalchemy import ColumnElement, Connection, RowMapping, Update, and_, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .append_tx import workflow_row
+from .append_tx import workflow_row_sync
 from .errors import FailedPrecondition, InvalidArgument
 from .models import workflows
 from .records import TERMINAL_STATUSES, WorkflowRecord
 from .rows import workflow_record
-from .store import Clock, utc_now
+from .store import Clock, EngineWrites, WriteTransactions, utc_now
 from .validation import check_id
 
 MAX_TTL_MS = 3_600_000
@@ -57,12 +54,12 @@ class LeaseStore:
         engine: AsyncEngine,
         *,
         clock: Clock = utc_now,
-        write_lock: AbstractAsyncContextManager[Any] | None = None,
+        writes: WriteTransactions | None = None,
     ) -> None:
         self._engine = engine
         self._clock = clock
-        # Shared with the event store on SQLite, whose writers would otherwise collide.
-        self._write_lock = write_lock or contextlib.nullcontext()
+        # The event store's, on SQLite, whose writers would otherwise collide.
+        self._writes = writes or EngineWrites(engine)
 
     async def renew(
         self, workflow_id: str, tenant_id: str, owner: str, ttl_ms: int
@@ -95,12 +92,17 @@ class LeaseStore:
             .values(lease_owner=owner, lease_expires_at=now + timedelta(milliseconds=ttl_ms))
             .returning(*workflows.c)
         )
-        async with self._write_lock, self._engine.begin() as conn:
-            granted = (await conn.execute(take)).mappings().one_or_none()
+
+        def renewal(conn: Connection) -> tuple[bool, RowMapping]:
+            granted = conn.execute(take).mappings().one_or_none()
             if granted is not None:
-                return workflow_record(granted)
-            current = await workflow_row(conn, workflow_id, tenant_id)
-        raise _refusal(workflow_record(current), owner)
+                return True, granted
+            return False, workflow_row_sync(conn, workflow_id, tenant_id)
+
+        granted, row = await self._writes.write(renewal)
+        if not granted:
+            raise _refusal(workflow_record(row), owner)
+        return workflow_record(row)
 
     async def expired(self, limit: int = 100) -> list[ExpiredLease]:
         """Leases of workflows still running that lapsed, oldest first. Workflows never
@@ -138,9 +140,8 @@ class LeaseStore:
             )
             .values(lease_owner=LOST_PREFIX + lease.lost_owner, lease_expires_at=now + hold)
         )
-        async with self._write_lock, self._engine.begin() as conn:
-            result = await conn.execute(claim)
-        return result.rowcount == 1
+        claimed: int = await self._writes.write(_rows_changed, claim)
+        return claimed == 1
 
 
 def _refusal(record: WorkflowRecord, owner: str) -> FailedPrecondition:
@@ -160,3 +161,7 @@ def _refusal(record: WorkflowRecord, owner: str) -> FailedPrecondition:
     return FailedPrecondition(
         f"workflow {record.workflow_id!r} is leased to {holder!r} until {until}, not to {owner!r}"
     )
+
+
+def _rows_changed(conn: Connection, statement: Update) -> int:
+    return conn.execute(statement).rowcount

@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from sqlalchemy import Engine, delete, insert, select
+from sqlalchemy import Connection, Engine, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -29,10 +29,33 @@ from .rows import stored_event, workflow_record
 from .sqlite_writer import SqliteWriter
 
 Clock = Callable[[], datetime]
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+class WriteTransactions(Protocol):
+    """Where write transactions run (see `SqlEventStore.write`)."""
+
+    async def write(
+        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T: ...
+
+
+class EngineWrites:
+    """Write transactions straight on an async engine, for a database with many writers."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def write(
+        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        async with self._engine.begin() as conn:
+            return await conn.run_sync(work, *args, **kwargs)
 
 
 class SqlEventStore:
@@ -62,16 +85,11 @@ class SqlEventStore:
         self.single_writer = engine.dialect.name == "sqlite"
         """Whether the database takes one write transaction at a time."""
         self._write_lock = asyncio.Lock() if self.single_writer else contextlib.nullcontext()
+        self._engine_writes = EngineWrites(engine)
         url = engine.url.render_as_string(hide_password=False)
         self._sqlite_writer = (
             SqliteWriter(url) if self.single_writer and SqliteWriter.usable(url) else None
         )
-
-    @property
-    def write_lock(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        """What this store's writers queue on (a lock on SQLite, nothing elsewhere), for other
-        writers of the same tables in this process."""
-        return self._write_lock
 
     async def create_workflow(
         self,
@@ -95,21 +113,19 @@ class SqlEventStore:
             created_at=now,
             updated_at=now,
         )
+        row = {
+            "id": workflow_id,
+            "tenant_id": tenant_id,
+            "owner": owner,
+            "status": record.status.value,
+            "query": query,
+            "session_id": session_id,
+            "last_seq": 0,
+            "created_at": now,
+            "updated_at": now,
+        }
         try:
-            async with self._engine.begin() as conn:
-                await conn.execute(
-                    insert(workflows).values(
-                        id=workflow_id,
-                        tenant_id=tenant_id,
-                        owner=owner,
-                        status=record.status.value,
-                        query=query,
-                        session_id=session_id,
-                        last_seq=0,
-                        created_at=now,
-                        updated_at=now,
-                    )
-                )
+            await self.write(_insert_workflow, row)
         except IntegrityError:
             # Whichever tenant holds the id, saying so leaks nothing but "taken".
             raise AlreadyExists(f"workflow {workflow_id!r} already exists") from None
@@ -120,23 +136,7 @@ class SqlEventStore:
     ) -> tuple[list[str], int]:
         """Delete the tenant's workflows among `workflow_ids` whole, in one transaction;
         (the ids deleted, how many events went with them). Others' ids are left alone."""
-        async with self._write_lock, self._engine.begin() as conn:
-            found = (
-                await conn.execute(
-                    select(workflows.c.id).where(
-                        workflows.c.tenant_id == tenant_id, workflows.c.id.in_(workflow_ids)
-                    )
-                )
-            ).scalars()
-            ids = sorted(str(i) for i in found)
-            if not ids:
-                return [], 0
-            # Children first, explicitly: SQLite only cascades with foreign keys switched on.
-            for table in (tool_results, appends):
-                await conn.execute(delete(table).where(table.c.workflow_id.in_(ids)))
-            removed = await conn.execute(delete(events).where(events.c.workflow_id.in_(ids)))
-            await conn.execute(delete(workflows).where(workflows.c.id.in_(ids)))
-        return ids, removed.rowcount or 0
+        return await self.write(_delete_workflows, tenant_id, workflow_ids)
 
     async def get_workflow(self, workflow_id: str, tenant_id: str) -> WorkflowRecord:
         """The workflow's row; NotFound when missing or owned by another tenant."""
@@ -187,13 +187,19 @@ class SqlEventStore:
             outcomes.append(outcome)
         return outcomes
 
-    async def _append_together(self, requests: Sequence[AppendRequest]) -> list[Outcome]:
+    async def write(
+        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        """Run `work(connection, ...)` as one write transaction: on SQLite queued behind this
+        process's other writers and run whole on the writer thread, elsewhere on the async
+        engine. Every write of the log's tables (appends, new workflows, leases) goes here."""
         async with self._write_lock:
-            now = self._clock()
             if self._sqlite_writer is not None:
-                return await self._sqlite_writer.run(append_group, requests, now, self._ephemeral)
-            async with self._engine.begin() as conn:
-                return await conn.run_sync(append_group, requests, now, self._ephemeral)
+                return await self._sqlite_writer.run(work, *args, **kwargs)
+            return await self._engine_writes.write(work, *args, **kwargs)
+
+    async def _append_together(self, requests: Sequence[AppendRequest]) -> list[Outcome]:
+        return await self.write(append_group, requests, self._clock(), self._ephemeral)
 
     @property
     def append_engine(self) -> Engine:
@@ -257,3 +263,26 @@ class SqlEventStore:
             await workflow_row(conn, workflow_id, tenant_id)  # tenancy: NotFound if not theirs
             rows = (await conn.execute(query)).mappings().all()
         return [stored_event(row) for row in rows]
+
+
+def _insert_workflow(conn: Connection, row: dict[str, Any]) -> None:
+    conn.execute(insert(workflows).values(**row))
+
+
+def _delete_workflows(
+    conn: Connection, tenant_id: str, workflow_ids: Collection[str]
+) -> tuple[list[str], int]:
+    found = conn.execute(
+        select(workflows.c.id).where(
+            workflows.c.tenant_id == tenant_id, workflows.c.id.in_(workflow_ids)
+        )
+    ).scalars()
+    ids = sorted(str(i) for i in found)
+    if not ids:
+        return [], 0
+    # Children first, explicitly: SQLite only cascades with foreign keys switched on.
+    for table in (tool_results, appends):
+        conn.execute(delete(table).where(table.c.workflow_id.in_(ids)))
+    removed = conn.execute(delete(events).where(events.c.workflow_id.in_(ids)))
+    conn.execute(delete(workflows).where(workflows.c.id.in_(ids)))
+    return ids, removed.rowcount or 0

@@ -51,7 +51,7 @@ def replica(engines: EngineMaker, clock: Clock) -> Replica:
     engine = engines()
     store = SqlEventStore(engine, clock=clock)
     event_log = EventLog(store, MemoryHotTier())
-    leases = LeaseStore(engine, clock=clock, write_lock=store.write_lock)
+    leases = LeaseStore(engine, clock=clock, writes=store)
     return Replica(event_log, leases, LeaseSweeper(leases, event_log, interval_seconds=1.0))
 
 

@@ -1,5 +1,6 @@
-"""On SQLite an append transaction runs whole on the store's writer thread: one hand-off
-from the event loop however many statements it holds."""
+"""On SQLite every write transaction (appends, new workflows, leases, deletions) runs whole
+on the store's writer thread: one hand-off from the event loop however many statements it
+holds, and no two writers of this process ever meet a locked database."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from sqlalchemy import event as sa_event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.events.errors import FailedPrecondition
 from services.events.leases import LeaseStore
 from services.events.migrate import migrate
 from services.events.store import SqlEventStore
@@ -36,16 +38,22 @@ async def sqlite_store(sqlite_engine: AsyncEngine) -> AsyncIterator[SqlEventStor
     await store.close()
 
 
-async def test_an_append_runs_every_statement_on_the_writer_thread(
-    sqlite_store: SqlEventStore, sqlite_engine: AsyncEngine
-) -> None:
+def record_statements(store: SqlEventStore, engine: AsyncEngine) -> list[tuple[str, str]]:
+    """(verb, thread name) of every statement either engine runs from now on."""
     statements: list[tuple[str, str]] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         statements.append((statement.split()[0], threading.current_thread().name))
 
-    sa_event.listen(sqlite_store.append_engine, "before_cursor_execute", record)
-    sa_event.listen(sqlite_engine.sync_engine, "before_cursor_execute", record)
+    sa_event.listen(store.append_engine, "before_cursor_execute", record)
+    sa_event.listen(engine.sync_engine, "before_cursor_execute", record)
+    return statements
+
+
+async def test_an_append_runs_every_statement_on_the_writer_thread(
+    sqlite_store: SqlEventStore, sqlite_engine: AsyncEngine
+) -> None:
+    statements = record_statements(sqlite_store, sqlite_engine)
     appended = await sqlite_store.append("wf-1", "t1", progress(3), producer_id="p", batch_seq=1)
     assert appended.seqs == [1, 2, 3]
     # The counter bump, then the appends record and the events, all on the writer thread.
@@ -59,12 +67,30 @@ async def test_an_append_runs_every_statement_on_the_writer_thread(
 async def test_appends_and_lease_writes_on_the_same_file_interleave(
     sqlite_store: SqlEventStore, sqlite_engine: AsyncEngine
 ) -> None:
-    """Leases write through the async engine, appends through the writer's connection: both
-    queue on the store's write lock, so neither meets a locked database."""
-    leases = LeaseStore(sqlite_engine, write_lock=sqlite_store.write_lock)
+    """Both queue on the store's write lock and run on its writer thread."""
+    leases = LeaseStore(sqlite_engine, writes=sqlite_store)
     appends = [sqlite_store.append("wf-1", "t1", [new("PROGRESS")]) for _ in range(20)]
     renewals = [leases.renew("wf-1", "t1", "owner-a", 60_000) for _ in range(20)]
     appended, renewed = await asyncio.gather(asyncio.gather(*appends), asyncio.gather(*renewals))
     assert sorted(seq for one in appended for seq in one.seqs) == list(range(1, 21))
     assert {record.lease_owner for record in renewed} == {"owner-a"}
     assert (await sqlite_store.get_workflow("wf-1", "t1")).last_seq == 20
+
+
+async def test_new_workflows_leases_and_deletions_write_on_the_writer_thread(
+    sqlite_store: SqlEventStore, sqlite_engine: AsyncEngine
+) -> None:
+    leases = LeaseStore(sqlite_engine, writes=sqlite_store)
+    statements = record_statements(sqlite_store, sqlite_engine)
+    await sqlite_store.create_workflow(workflow_id="wf-2", tenant_id="t1")
+    await leases.renew("wf-2", "t1", "owner-a", 60_000)
+    with pytest.raises(FailedPrecondition, match="owner-a"):
+        await leases.renew("wf-2", "t1", "owner-b", 60_000)
+    written = [(verb, thread) for verb, thread in statements if verb != "SELECT"]
+    assert [verb for verb, _ in written] == ["INSERT", "UPDATE", "UPDATE"]
+    assert all(thread.startswith("sqlite-writer") for _, thread in written)
+    statements.clear()
+    deleted, _ = await sqlite_store.delete_workflows("t1", ["wf-2"])
+    assert deleted == ["wf-2"]
+    assert {verb for verb, _ in statements} == {"SELECT", "DELETE"}
+    assert all(thread.startswith("sqlite-writer") for _, thread in statements)
