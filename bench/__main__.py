@@ -16,6 +16,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.other_work import OtherWork
+from bench.other_work import record as record_other_work
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -57,12 +60,15 @@ def run(benchmark: Benchmark, results: Path, quick: bool, timeout: float) -> tup
     ]
     print(f"\n== {benchmark.name}: {' '.join(command[1:])}", flush=True)
     started = time.monotonic()
+    other_work = OtherWork.start()
     try:
         finished = subprocess.run(command, cwd=REPO, timeout=timeout, check=False)
         ok = finished.returncode == 0
     except subprocess.TimeoutExpired:
         print(f"{benchmark.name} did not finish within {timeout:.0f} s", flush=True)
         ok = False
+    if ok:
+        record_other_work(results / f"{benchmark.name}.json", other_work.cpus_used())
     return ok, time.monotonic() - started
 
 

@@ -35,17 +35,35 @@ def machine_line(machines: list[dict[str, Any]]) -> str:
         return "*No results were found: run `make bench`.*"
     first = machines[0]
     dates = sorted(datetime.fromisoformat(m["measured_at"]) for m in machines)
-    loads = [m["load_average"][0] for m in machines]
-    return (
+    line = (
         f"Measured on {dates[0]:%Y-%m-%d} ({dates[0]:%H:%M}–{dates[-1]:%H:%M} UTC): "
         f"{first['cpus']} CPUs, {number(first['memory_bytes'] / 2**30, 1)} GB RAM, "
         f"Python {first['python']}, {first['system']} ({first['processor']}), PostgreSQL and "
-        f"Redis on the same host. One-minute load average when each benchmark finished: "
+        "Redis on the same host."
+    )
+    if all("other_cpus" in m for m in machines):
+        others = [m["other_cpus"] for m in machines]
+        return (
+            f"{line} Processes outside the benchmarks (PostgreSQL and Redis included) used "
+            f"{number(min(others), 2)}–{number(max(others), 2)} of the {first['cpus']} CPUs "
+            "while they ran."
+        )
+    loads = [m["load_average"][0] for m in machines]
+    return (
+        f"{line} One-minute load average when each benchmark finished: "
         f"{number(min(loads), 1)}–{number(max(loads), 1)}."
     )
 
 
+# Other work above this many CPUs' worth makes absolute figures suspect.
+OTHER_WORK_LIMIT_CPUS = 0.5
+
+
 def busy(machines: list[dict[str, Any]]) -> bool:
+    """Whether other work shared the machine. Without a reading of it (results saved by a
+    benchmark run on its own), a load average above the CPU count is the best hint."""
+    if machines and all("other_cpus" in m for m in machines):
+        return any(m["other_cpus"] > OTHER_WORK_LIMIT_CPUS for m in machines)
     return any(m["load_average"][0] > m["cpus"] for m in machines)
 
 
@@ -60,9 +78,9 @@ def render(results: Results, images: Path, doc: Path) -> str:
         )
     if busy(results.machines()):
         note += (
-            "\n**Other work kept this machine busy while measuring (load average above its CPU "
-            "count): absolute figures are inflated and noisy, to be measured again on a quiet "
-            "machine; the columns of one run still compare.**\n"
+            "\n**Other work kept this machine busy while measuring: absolute figures are "
+            "inflated and noisy, to be measured again on a quiet machine; the columns of one "
+            "run still compare.**\n"
         )
     head = f"""# Benchmarks
 

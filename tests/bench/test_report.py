@@ -119,3 +119,26 @@ def test_a_broken_results_file_is_named_and_nothing_is_written(
     assert code == 2
     assert f"odd.json {message}" in capsys.readouterr().err
     assert not doc.exists()
+
+
+def _with_other_work(tmp_path: Path, cpus_used: float) -> Path:
+    """The saved results, each as `python -m bench` records them: with the CPU that processes
+    outside the benchmark used while it ran (the load average stays the saved, high one)."""
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+    for saved in results.glob("*.json"):
+        document = json.loads(saved.read_text())
+        document["machine"]["other_cpus"] = cpus_used
+        saved.write_text(json.dumps(document))
+    return results
+
+
+@pytest.mark.parametrize(("cpus_used", "busy"), [(0.05, False), (1.5, True)])
+def test_other_work_not_the_benchmarks_own_load_decides_whether_the_machine_was_busy(
+    tmp_path: Path, cpus_used: float, busy: bool
+) -> None:
+    code, doc, _ = render(tmp_path, _with_other_work(tmp_path, cpus_used))
+    assert code == 0
+    text = doc.read_text()
+    assert ("Other work kept this machine busy" in text) is busy
+    assert f"used {cpus_used:.2f}\N{EN DASH}{cpus_used:.2f} of the" in text
