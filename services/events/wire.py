@@ -22,8 +22,11 @@ from .records import StoredEvent
 # An EventBatch message carries at most this many bytes (a lone larger event goes alone),
 # well under gRPC's default 4 MiB limit.
 MAX_BATCH_MESSAGE_BYTES = 512 * 1024
-# Encodings kept: far more than the events of one fan-out, so each is encoded once.
+# Encodings kept: far more than the events of one fan-out, so each is encoded once; and at
+# most about this many bytes (each entry counted twice: its bytes and the event it holds),
+# so a run of large payloads cannot make the cache grow past it.
 DEFAULT_CACHED_EVENTS = 16_384
+DEFAULT_CACHED_BYTES = 64 * 1024 * 1024
 # EventBatch.events is field 1, length-delimited: tag (1 << 3) | 2.
 _EVENTS_TAG = b"\x0a"
 
@@ -61,12 +64,17 @@ class EventEncoder:
     recycled id can never find another event's bytes). Oldest entries go first.
     """
 
-    def __init__(self, max_events: int = DEFAULT_CACHED_EVENTS) -> None:
+    def __init__(
+        self, max_events: int = DEFAULT_CACHED_EVENTS, max_bytes: int = DEFAULT_CACHED_BYTES
+    ) -> None:
         if max_events < 1:
             raise ValueError("max_events must be at least 1")
         self._max = max_events
+        self._max_bytes = max_bytes
         # id(event) -> (event, EventBatch field bytes, length of their tag and size prefix)
         self._cache: dict[int, tuple[StoredEvent, bytes, int]] = {}
+        self.cached_bytes = 0
+        """What the cached entries hold, by the count above."""
         self.encoded = 0
         """Events serialized so far (for tests and metrics)."""
 
@@ -109,9 +117,13 @@ class EventEncoder:
         encoded = event_message(event).SerializeToString()
         prefix = _EVENTS_TAG + _varint(len(encoded))
         framed = prefix + encoded
-        if len(self._cache) >= self._max:
-            del self._cache[next(iter(self._cache))]  # dicts keep insertion order
+        while self._cache and (
+            len(self._cache) >= self._max or self.cached_bytes + 2 * len(framed) > self._max_bytes
+        ):
+            _, oldest, _ = self._cache.pop(next(iter(self._cache)))  # dicts keep insertion order
+            self.cached_bytes -= 2 * len(oldest)
         self._cache[id(event)] = (event, framed, len(prefix))
+        self.cached_bytes += 2 * len(framed)
         self.encoded += 1
         return framed, len(prefix)
 

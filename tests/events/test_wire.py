@@ -140,6 +140,18 @@ def test_an_equal_seq_event_is_encoded_afresh_and_the_cache_stays_bounded() -> N
     assert encoder.encoded == 6  # evicted meanwhile, so encoded again
 
 
+def test_large_events_are_bounded_by_bytes_too() -> None:
+    encoder = EventEncoder(max_events=1000, max_bytes=300_000)
+    big = '{"blob": "' + "x" * 50_000 + '"}'
+    events = [stored(seq, big) for seq in range(1, 21)]
+    for event in events:
+        encoder.event_bytes(event)
+    assert encoder.cached_bytes <= 300_000
+    encoder.event_bytes(events[-1])  # the newest is still held
+    encoder.event_bytes(events[0])  # the oldest went to make room
+    assert encoder.encoded == 21
+
+
 @contextlib.asynccontextmanager
 async def served(servicer: EventServiceServicer) -> AsyncIterator[Stub]:
     """A grpc.aio server on a free port serving `servicer`, and a stub on it."""
