@@ -39,6 +39,7 @@ from shuttle.v1 import (
     planner_pb2_grpc,
     tools_pb2_grpc,
 )
+from tests.executor.holding_model import HoldingModel
 from tests.support.scripted_openai import ScriptedOpenAI
 from tests.support.team_model import TeamModel, TimedScriptedOpenAI
 
@@ -233,6 +234,15 @@ async def dag(tmp_path: Path, server: TimedScriptedOpenAI) -> AsyncIterator[Back
 async def backends(tmp_path: Path) -> AsyncIterator[Backends]:
     async with running_backends(tmp_path) as started:
         yield started
+
+
+@pytest.fixture
+def holding_model() -> Iterator[HoldingModel]:
+    server = HoldingModel()
+    server.start()
+    yield server
+    server.release()
+    server.stop()
 
 
 @pytest.fixture

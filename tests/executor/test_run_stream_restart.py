@@ -4,11 +4,9 @@ keeps its one stream and gets every event once, in seq order, up to STREAM_END."
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import pytest
 
 from services.events.__main__ import build as build_events
 from shuttle.envelope import type_name
@@ -17,16 +15,7 @@ from shuttle.llm.openai_model import OpenAIModel
 from shuttle.settings import Settings
 from shuttle.v1 import common_pb2, events_pb2_grpc, executor_pb2
 from tests.executor.conftest import TENANT, running_backends
-from tests.executor.test_command_feed import HoldingModel, until
-
-
-@pytest.fixture
-def holding_model() -> Iterator[HoldingModel]:
-    server = HoldingModel()
-    server.start()
-    yield server
-    server.release()
-    server.stop()
+from tests.executor.holding_model import HoldingModel, until
 
 
 async def test_a_run_streamed_over_run_survives_an_events_restart(

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from shuttle.settings import Settings
+from tests.support.events_process import EventsProcess
 from tests.support.gateway_server import GatewayServer
 from tests.support.stack import Stack, start_stack
 
@@ -107,6 +108,14 @@ def gateway_server(
     server = GatewayServer(auth_stack.settings(**overrides)).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def events_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventsProcess]:
+    """An events service of the module's own, as a process it may kill and restart."""
+    process = EventsProcess(Path(tmp_path_factory.mktemp("events"))).start()
+    yield process
+    process.stop()
 
 
 @pytest.fixture(scope="session")

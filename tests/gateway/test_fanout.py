@@ -4,7 +4,7 @@ run as its own process so the calls it served can be counted on its side."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,13 +27,6 @@ if TYPE_CHECKING:
     from shuttle.v1.events_pb2_grpc import EventServiceAsyncStub as Stub
 
 TENANT = "acme"
-
-
-@pytest.fixture(scope="module")
-def events_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventsProcess]:
-    process = EventsProcess(Path(tmp_path_factory.mktemp("fanout-events"))).start()
-    yield process
-    process.stop()
 
 
 @pytest.fixture

@@ -31,13 +31,6 @@ TENANT = tenant_metadata("default")  # every caller's tenant while auth is off
 BUFFER_BYTES = 64 * 1024
 
 
-@pytest.fixture(scope="module")
-def events_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventsProcess]:
-    process = EventsProcess(Path(tmp_path_factory.mktemp("sse-fanout-events"))).start()
-    yield process
-    process.stop()
-
-
 @pytest.fixture
 def gateway(events_process: EventsProcess, tmp_path: Path) -> Iterator[GatewayServer]:
     settings = Settings(
