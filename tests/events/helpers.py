@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 from services.events.records import Appended, NewEvent, StoredEvent
@@ -35,6 +36,23 @@ def draft(
 
 def progress(count: int) -> list[NewEvent]:
     return [new("PROGRESS", {"step": step}) for step in range(count)]
+
+
+def stored(
+    seq: int, kind: str = "PROGRESS", workflow_id: str = "wf-1", *, payload_json: str = ""
+) -> StoredEvent:
+    """A committed event as the hot tiers and the encoder see it; its message names its
+    workflow and seq. The timestamp has microseconds, which every tier must keep."""
+    return StoredEvent(
+        workflow_id=workflow_id,
+        seq=seq,
+        type=kind,
+        agent_id="a",
+        message=f"{workflow_id} #{seq}",
+        payload_json=payload_json or json.dumps({"n": seq}),
+        timestamp=datetime(2026, 1, 2, 3, 4, 5, 678_901, tzinfo=UTC),
+        trace_id="t",
+    )
 
 
 async def collect(events: AsyncIterator[StoredEvent]) -> list[StoredEvent]:

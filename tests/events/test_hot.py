@@ -3,31 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 
 import pytest
 
 from services.events.hot import DEFAULT_TTL_SECONDS, MemoryHotTier
 from services.events.records import StoredEvent
 
-from .helpers import seqs
-
-
-def stored(seq: int, kind: str = "PROGRESS", workflow_id: str = "wf-h") -> StoredEvent:
-    return StoredEvent(
-        workflow_id=workflow_id,
-        seq=seq,
-        type=kind,
-        agent_id="",
-        message="",
-        payload_json="{}",
-        timestamp=datetime(2026, 1, 1, tzinfo=UTC),
-        trace_id="",
-    )
+from .helpers import seqs, stored
 
 
 def run(first: int, last: int, kind: str = "PROGRESS") -> list[StoredEvent]:
-    return [stored(seq, kind) for seq in range(first, last + 1)]
+    return [stored(seq, kind, "wf-h") for seq in range(first, last + 1)]
 
 
 class FakeClock:
@@ -57,7 +43,11 @@ async def test_read_of_unknown_workflow_holds_nothing() -> None:
 async def test_read_filters_types() -> None:
     hot = MemoryHotTier()
     await hot.publish(
-        "wf-h", [stored(1), stored(2, "LLM_PARTIAL"), stored(3), stored(4, "LLM_PARTIAL")]
+        "wf-h",
+        [
+            stored(seq, kind, "wf-h")
+            for seq, kind in enumerate(("PROGRESS", "LLM_PARTIAL", "PROGRESS", "LLM_PARTIAL"), 1)
+        ],
     )
     window = await hot.read("wf-h", 1, limit=1, types={"LLM_PARTIAL"})
     assert seqs(window.events) == [2]

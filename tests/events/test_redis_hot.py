@@ -3,36 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
 
 import pytest
 import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.events.log import EventLog
-from services.events.records import StoredEvent
 from services.events.redis_hot import RedisHotTier
 from services.events.store import SqlEventStore
 from tests.support.databases import EngineMaker, PrivateRedis
 
-from .helpers import collect, new, progress
+from .helpers import collect, new, progress, stored
 
 TierMaker = Callable[..., RedisHotTier]
-
-
-def stored(seq: int, kind: str = "PROGRESS", workflow_id: str = "wf-1") -> StoredEvent:
-    return StoredEvent(
-        workflow_id=workflow_id,
-        seq=seq,
-        type=kind,
-        agent_id="a",
-        message=f"m{seq}",
-        payload_json=json.dumps({"n": seq}),
-        timestamp=datetime(2026, 1, 1, tzinfo=UTC),
-        trace_id="t",
-    )
 
 
 @pytest.fixture

@@ -10,32 +10,18 @@ own, so the only clients it lists are this test's.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from datetime import UTC, datetime
 
 import redis.asyncio as aioredis
 
-from services.events.records import StoredEvent
 from services.events.redis_hot import BLOCK_MS, RedisHotTier
 from tests.support.databases import PrivateRedis
+
+from .helpers import stored
 
 # Long enough that a tier which wrongly marks Redis down stays down for the whole test.
 NEVER_RETRY_SECONDS = 600.0
 GIVE_UP_SECONDS = 60.0
-
-
-def stored(seq: int) -> StoredEvent:
-    return StoredEvent(
-        workflow_id="wf-idle",
-        seq=seq,
-        type="PROGRESS",
-        agent_id="a",
-        message=f"m{seq}",
-        payload_json=json.dumps({"n": seq}),
-        timestamp=datetime(2026, 1, 1, tzinfo=UTC),
-        trace_id="t",
-    )
 
 
 async def blocked_xread_ages(inspector: aioredis.Redis) -> list[int]:
@@ -56,7 +42,7 @@ async def test_an_idle_blocking_read_outlasting_the_block_keeps_redis_available(
     inspector = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
     block_seconds = BLOCK_MS / 1000
     try:
-        await writer.publish("wf-idle", [stored(1)])
+        await writer.publish("wf-idle", [stored(1, workflow_id="wf-idle")])
         waiting = asyncio.create_task(reader.wait("wf-idle", 1))
 
         # Idle until one connection has stayed blocked in XREAD for longer than a whole
@@ -73,7 +59,7 @@ async def test_an_idle_blocking_read_outlasting_the_block_keeps_redis_available(
         assert reader.available and writer.available
 
         # Another replica's append still reaches the idle subscriber through Redis.
-        await writer.publish("wf-idle", [stored(2)])
+        await writer.publish("wf-idle", [stored(2, workflow_id="wf-idle")])
         await asyncio.wait_for(waiting, GIVE_UP_SECONDS)
         window = await reader.read("wf-idle", 2, 10)
         assert [event.seq for event in window.events] == [2]

@@ -9,15 +9,14 @@ Against a redis-server of the test's own, so the only clients it lists are this 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from datetime import UTC, datetime
 
 import redis.asyncio as aioredis
 
-from services.events.records import StoredEvent
 from services.events.redis_hot import RedisHotTier
 from tests.support.databases import PrivateRedis
+
+from .helpers import stored
 
 WORKFLOWS = 300
 # More than the test's own pool, so that a burst has to wait for connections.
@@ -25,19 +24,6 @@ POOL_SIZE = 20
 # Long enough that a tier which wrongly marks Redis down stays down for the whole test.
 NEVER_RETRY_SECONDS = 600.0
 GIVE_UP_SECONDS = 90.0
-
-
-def stored(workflow_id: str, seq: int) -> StoredEvent:
-    return StoredEvent(
-        workflow_id=workflow_id,
-        seq=seq,
-        type="PROGRESS",
-        agent_id="a",
-        message=f"{workflow_id} #{seq}",
-        payload_json=json.dumps({"n": seq}),
-        timestamp=datetime(2026, 1, 1, tzinfo=UTC),
-        trace_id="t",
-    )
 
 
 async def blocked_reads(inspector: aioredis.Redis) -> int:
@@ -60,7 +46,7 @@ async def test_bursts_and_many_followed_workflows_keep_the_tier_available(
     workflows = [f"wf-{n}" for n in range(WORKFLOWS)]
     waits: list[asyncio.Task[None]] = []
     try:
-        await asyncio.gather(*(writer.publish(w, [stored(w, 1)]) for w in workflows))
+        await asyncio.gather(*(writer.publish(w, [stored(1, workflow_id=w)]) for w in workflows))
         assert writer.available, "a burst of publishes marked Redis unavailable"
         for w in workflows:
             assert (await inspector.xlen(writer.key(w))) == 1
@@ -73,7 +59,7 @@ async def test_bursts_and_many_followed_workflows_keep_the_tier_available(
         # Every followed workflow shares the one blocked read.
         assert await blocked_reads(inspector) == 1
 
-        await asyncio.gather(*(writer.publish(w, [stored(w, 2)]) for w in workflows))
+        await asyncio.gather(*(writer.publish(w, [stored(2, workflow_id=w)]) for w in workflows))
         await asyncio.wait_for(asyncio.gather(*waits), GIVE_UP_SECONDS)
         for w in workflows:
             window = await reader.read(w, 2, 10)
@@ -105,7 +91,7 @@ async def test_a_workflow_followed_while_the_read_blocks_is_delivered(
         # Followed while the read blocks on the first workflow alone; the first workflow
         # stays silent, so only the doorbell can make the read include the second.
         second = asyncio.create_task(reader.wait("wf-second", 0))
-        await writer.publish("wf-second", [stored("wf-second", 1)])
+        await writer.publish("wf-second", [stored(1, workflow_id="wf-second")])
         await asyncio.wait_for(second, GIVE_UP_SECONDS)
         window = await reader.read("wf-second", 1, 10)
         assert [e.seq for e in window.events] == [1]

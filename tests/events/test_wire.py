@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import grpc
@@ -17,12 +16,11 @@ from services.events.grpc_api import EventServiceServicer
 from services.events.grpc_registration import add_to_server
 from services.events.leases import LeaseStore
 from services.events.log import EventLog
-from services.events.records import StoredEvent
 from services.events.wire import MAX_BATCH_MESSAGE_BYTES, EventEncoder, event_message
 from shuttle.envelope import type_name
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
-from .helpers import draft
+from .helpers import draft, stored
 from .test_grpc_api import FINISH, append, create, read_all
 
 if TYPE_CHECKING:
@@ -104,22 +102,9 @@ async def test_a_recreated_workflow_never_gets_the_deleted_ones_bytes(stub: Stub
     assert second == await listed(stub)
 
 
-def stored(seq: int, payload_json: str) -> StoredEvent:
-    return StoredEvent(
-        workflow_id="wf-1",
-        seq=seq,
-        type="PROGRESS",
-        agent_id="agent-main",
-        message="",
-        payload_json=payload_json,
-        timestamp=datetime(2026, 1, 2, 3, 4, 5, 678_901, tzinfo=UTC),
-        trace_id="",
-    )
-
-
 def test_batch_bytes_are_event_batches_cut_under_the_size_bound() -> None:
     big = '{"blob": "' + "x" * (MAX_BATCH_MESSAGE_BYTES // 2) + '"}'
-    events = [stored(seq, big if seq % 2 else '{"n": 1}') for seq in range(1, 8)]
+    events = [stored(seq, payload_json=big if seq % 2 else '{"n": 1}') for seq in range(1, 8)]
     messages = list(EventEncoder().batch_bytes(events))
     assert len(messages) >= 3
     assert all(len(message) <= MAX_BATCH_MESSAGE_BYTES for message in messages)
@@ -129,13 +114,16 @@ def test_batch_bytes_are_event_batches_cut_under_the_size_bound() -> None:
 
 def test_an_equal_seq_event_is_encoded_afresh_and_the_cache_stays_bounded() -> None:
     encoder = EventEncoder(max_events=2)
-    first, again = stored(1, '{"run": "first"}'), stored(1, '{"run": "second"}')
+    first, again = (
+        stored(1, payload_json='{"run": "first"}'),
+        stored(1, payload_json='{"run": "second"}'),
+    )
     assert common_pb2.Event.FromString(encoder.event_bytes(first)).payload_json.endswith('st"}')
     assert common_pb2.Event.FromString(encoder.event_bytes(again)) == event_message(again)
     encoder.event_bytes(first)
     assert encoder.encoded == 2  # `first` was still held
     for seq in range(2, 5):
-        encoder.event_bytes(stored(seq, "{}"))
+        encoder.event_bytes(stored(seq, payload_json="{}"))
     encoder.event_bytes(first)
     assert encoder.encoded == 6  # evicted meanwhile, so encoded again
 
@@ -143,7 +131,7 @@ def test_an_equal_seq_event_is_encoded_afresh_and_the_cache_stays_bounded() -> N
 def test_large_events_are_bounded_by_bytes_too() -> None:
     encoder = EventEncoder(max_events=1000, max_bytes=300_000)
     big = '{"blob": "' + "x" * 50_000 + '"}'
-    events = [stored(seq, big) for seq in range(1, 21)]
+    events = [stored(seq, payload_json=big) for seq in range(1, 21)]
     for event in events:
         encoder.event_bytes(event)
     assert encoder.cached_bytes <= 300_000
