@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import redis.asyncio as aioredis
+
 from services.events.records import Appended, NewEvent, StoredEvent
 from shuttle.envelope import type_value
 from shuttle.v1 import common_pb2
@@ -63,3 +65,18 @@ def seqs(events: list[StoredEvent] | Appended) -> list[int]:
     if isinstance(events, Appended):
         return events.seqs
     return [event.seq for event in events]
+
+
+# For tests on a private Redis: long enough that a tier which wrongly marks Redis down stays
+# down for the whole test.
+NEVER_RETRY_SECONDS = 600.0
+
+
+async def blocked_xread_ages(inspector: aioredis.Redis) -> list[int]:
+    """Connection ages (s) of the clients now blocked in XREAD."""
+    clients = await inspector.client_list()
+    return [
+        int(client["age"])
+        for client in clients
+        if client.get("cmd") == "xread" and "b" in client.get("flags", "")
+    ]

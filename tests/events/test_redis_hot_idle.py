@@ -17,21 +17,9 @@ import redis.asyncio as aioredis
 from services.events.redis_hot import BLOCK_MS, RedisHotTier
 from tests.support.databases import PrivateRedis
 
-from .helpers import stored
+from .helpers import NEVER_RETRY_SECONDS, blocked_xread_ages, stored
 
-# Long enough that a tier which wrongly marks Redis down stays down for the whole test.
-NEVER_RETRY_SECONDS = 600.0
 GIVE_UP_SECONDS = 60.0
-
-
-async def blocked_xread_ages(inspector: aioredis.Redis) -> list[int]:
-    """Connection ages (s) of the clients now blocked in XREAD."""
-    clients = await inspector.client_list()
-    return [
-        int(client["age"])
-        for client in clients
-        if client.get("cmd") == "xread" and "b" in client.get("flags", "")
-    ]
 
 
 async def test_an_idle_blocking_read_outlasting_the_block_keeps_redis_available(

@@ -16,20 +16,12 @@ import redis.asyncio as aioredis
 from services.events.redis_hot import RedisHotTier
 from tests.support.databases import PrivateRedis
 
-from .helpers import stored
+from .helpers import NEVER_RETRY_SECONDS, blocked_xread_ages, stored
 
 WORKFLOWS = 300
 # More than the test's own pool, so that a burst has to wait for connections.
 POOL_SIZE = 20
-# Long enough that a tier which wrongly marks Redis down stays down for the whole test.
-NEVER_RETRY_SECONDS = 600.0
 GIVE_UP_SECONDS = 90.0
-
-
-async def blocked_reads(inspector: aioredis.Redis) -> int:
-    """How many clients are blocked in XREAD now."""
-    clients = await inspector.client_list()
-    return sum(1 for c in clients if c.get("cmd") == "xread" and "b" in c.get("flags", ""))
 
 
 async def test_bursts_and_many_followed_workflows_keep_the_tier_available(
@@ -53,11 +45,11 @@ async def test_bursts_and_many_followed_workflows_keep_the_tier_available(
 
         waits = [asyncio.create_task(reader.wait(w, 1)) for w in workflows]
         deadline = time.monotonic() + GIVE_UP_SECONDS
-        while reader.following < WORKFLOWS or await blocked_reads(inspector) == 0:
+        while reader.following < WORKFLOWS or len(await blocked_xread_ages(inspector)) == 0:
             assert time.monotonic() < deadline, "the reader never blocked on its streams"
             await asyncio.sleep(0.05)
         # Every followed workflow shares the one blocked read.
-        assert await blocked_reads(inspector) == 1
+        assert len(await blocked_xread_ages(inspector)) == 1
 
         await asyncio.gather(*(writer.publish(w, [stored(2, workflow_id=w)]) for w in workflows))
         await asyncio.wait_for(asyncio.gather(*waits), GIVE_UP_SECONDS)
@@ -84,7 +76,7 @@ async def test_a_workflow_followed_while_the_read_blocks_is_delivered(
     second: asyncio.Task[None] | None = None
     try:
         deadline = time.monotonic() + GIVE_UP_SECONDS
-        while await blocked_reads(inspector) == 0:
+        while len(await blocked_xread_ages(inspector)) == 0:
             assert time.monotonic() < deadline, "the reader never blocked on its stream"
             await asyncio.sleep(0.05)
 
