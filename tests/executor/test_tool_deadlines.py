@@ -5,15 +5,13 @@ services; the approval is decided through ToolService.DecideApproval."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 from services.executor.grpc_clients import GrpcToolHost
 from services.executor.ports import ToolInvocation
-from shuttle.envelope import type_value
-from shuttle.v1 import events_pb2, events_pb2_grpc, tools_pb2, tools_pb2_grpc
+from shuttle.v1 import tools_pb2, tools_pb2_grpc
 from tests.executor.conftest import running_backends
-from tests.tools.approval_support import create_workflow
+from tests.tools.approval_support import create_workflow, wait_for_event
 
 GATED_TENANT = "acme"
 OTHER_TENANT = "globex"
@@ -56,7 +54,10 @@ async def test_a_gated_call_waits_for_its_approval_after_another_tenant_listed_t
                 )
             )
         )
-        approval_id = await _approval_requested(started.events, workflow_id)
+        requested = await wait_for_event(
+            started.events, workflow_id, GATED_TENANT, "APPROVAL_REQUESTED"
+        )
+        approval_id = requested["payload"]["approval_id"]
         # Decide only once a deadline without the approval wait would have passed.
         await asyncio.sleep(UNGATED_DEADLINE_SECONDS + 1.5)
         assert not call.done(), call.result()
@@ -71,18 +72,3 @@ async def test_a_gated_call_waits_for_its_approval_after_another_tenant_listed_t
         outcome = await call
         assert outcome.error == ""
         assert "42" in outcome.observation
-
-
-async def _approval_requested(
-    events: events_pb2_grpc.EventServiceAsyncStub, workflow_id: str
-) -> str:
-    stream = events.Stream(
-        events_pb2.StreamRequest(workflow_id=workflow_id, tenant_id=GATED_TENANT, from_seq=1)
-    )
-    try:
-        async for event in stream:
-            if event.type == type_value("APPROVAL_REQUESTED"):
-                return str(json.loads(event.payload_json)["approval_id"])
-    finally:
-        stream.cancel()
-    raise AssertionError("the log ended without APPROVAL_REQUESTED")
