@@ -165,6 +165,8 @@ class Settings(BaseSettings):
         "", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT")
     )
     otel_service_name: str = Field("", validation_alias=AliasChoices("OTEL_SERVICE_NAME"))
+    # Set: the SDK's sampler of that name replaces Shuttle's (see shuttle/telemetry.py).
+    otel_traces_sampler: str = Field("", validation_alias=AliasChoices("OTEL_TRACES_SAMPLER"))
 
     # Tool host: hooks, approvals, workspaces, sandboxes, remote providers (docs/tools.md).
     tool_hooks_file: Path | None = None

@@ -73,3 +73,42 @@ def test_one_task_is_one_trace_across_every_service(tmp_path: Path) -> None:
     # The envelope of every event names the trace it belongs to.
     assert {f.envelope["trace_id"] for f in frames} == {trace_id}
     assert not [s for s in receiver.spans if "Health" in s.name]
+
+
+def test_services_that_export_keep_their_spans_under_callers_that_do_not(
+    tmp_path: Path,
+) -> None:
+    # Export turned on for the executor and the events service only: the gateway's call
+    # arrives unsampled, and the spans behind it must still reach the receiver as one trace.
+    receiver = OtlpReceiver().start()
+    model = ScriptedOpenAI(handler=arithmetic_model).start()
+    exporting = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+    }
+    stack = start_stack(
+        tmp_path,
+        model.base_url,
+        process_env={"executor": exporting, "events": exporting},
+    )
+    try:
+        created = httpx.post(
+            f"{stack.gateway}/api/v1/tasks", json={"query": "What is 12*7?"}, timeout=30
+        ).json()
+        status, frames = read_stream(
+            stack.gateway, f"/api/v1/stream/sse?workflow_id={created['workflow_id']}"
+        )
+        assert status == 200 and frames[-1].event == "STREAM_END"
+    finally:
+        stack.stop()
+        model.stop()
+        receiver.stop()
+
+    (trace_id,) = {f.envelope["trace_id"] for f in frames}
+    in_trace = [s for s in receiver.spans if s.trace_id == trace_id]
+    assert {s.service for s in in_trace} == {"shuttle-executor", "shuttle-events"}
+    # The executor's appends are its spans' children on the events service's side.
+    executor_spans = {s.span_id for s in in_trace if s.service == "shuttle-executor"}
+    appends = [s for s in in_trace if s.name == "/shuttle.v1.EventService/Append"]
+    assert appends and all(s.parent_span_id in executor_spans for s in appends)
