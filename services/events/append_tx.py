@@ -27,7 +27,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .errors import EventsError, FailedPrecondition, InvalidArgument, NotFound
 from .lifecycle import RowUpdate, derive_update
@@ -66,7 +65,7 @@ def append_group(
     caller must answer by rolling the whole group back.
 
     Synchronous, so a whole transaction can run in one call on a database thread (see
-    ``sqlite_writer``) or through ``AsyncConnection.run_sync``."""
+    ``sqlite_threads``) or through ``AsyncConnection.run_sync``."""
     outcomes: list[Outcome | None] = [None] * len(requests)
     updates = [derive_update(request.batch) for request in requests]
     rows = _Rows()
@@ -235,14 +234,8 @@ def _unbumped_answer(conn: Connection, request: AppendRequest) -> Appended:
     return _closed_log_answer(conn, request)
 
 
-async def workflow_row(conn: AsyncConnection, workflow_id: str, tenant_id: str) -> RowMapping:
+def workflow_row(conn: Connection, workflow_id: str, tenant_id: str) -> RowMapping:
     """The workflow's row; NotFound when missing or owned by another tenant."""
-    query = _workflow_query(workflow_id, tenant_id)
-    return _found((await conn.execute(query)).mappings().one_or_none(), workflow_id)
-
-
-def workflow_row_sync(conn: Connection, workflow_id: str, tenant_id: str) -> RowMapping:
-    """`workflow_row` on a synchronous connection."""
     query = _workflow_query(workflow_id, tenant_id)
     return _found(conn.execute(query).mappings().one_or_none(), workflow_id)
 
@@ -261,7 +254,7 @@ def _found(row: RowMapping | None, workflow_id: str) -> RowMapping:
 
 def earlier_append(conn: Connection, request: AppendRequest) -> RowMapping | None:
     """The record of an earlier append of this batch, after checking the caller's tenant."""
-    workflow_row_sync(conn, request.workflow_id, request.tenant_id)
+    workflow_row(conn, request.workflow_id, request.tenant_id)
     query = select(appends.c.first_seq, appends.c.count).where(
         appends.c.workflow_id == request.workflow_id,
         appends.c.producer_id == request.producer_id,
@@ -286,7 +279,7 @@ def _closed_log_answer(conn: Connection, request: AppendRequest) -> Appended:
     """No such workflow (NotFound), or its log has ended. A lone STREAM_END then is the
     producer closing a log the service already closed after its terminal event: it gets
     that STREAM_END's seq back. Anything else is refused."""
-    row = workflow_row_sync(conn, request.workflow_id, request.tenant_id)
+    row = workflow_row(conn, request.workflow_id, request.tenant_id)
     last_seq: int = row["last_seq"]
     if _types(request.batch) == ["STREAM_END"]:
         return Appended(events=[], seqs=[last_seq], repeated=True)

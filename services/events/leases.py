@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, Connection, RowMapping, Update, and_, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .append_tx import workflow_row_sync
+from .append_tx import workflow_row
 from .errors import FailedPrecondition, InvalidArgument
 from .models import workflows
 from .records import TERMINAL_STATUSES, WorkflowRecord
@@ -97,7 +97,7 @@ class LeaseStore:
             granted = conn.execute(take).mappings().one_or_none()
             if granted is not None:
                 return True, granted
-            return False, workflow_row_sync(conn, workflow_id, tenant_id)
+            return False, workflow_row(conn, workflow_id, tenant_id)
 
         granted, row = await self._writes.write(renewal)
         if not granted:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from sqlalchemy import Connection, Engine, delete, insert, select
+from sqlalchemy import Connection, Engine, Select, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,7 +26,7 @@ from .records import (
     WorkflowStatus,
 )
 from .rows import stored_event, workflow_record
-from .sqlite_writer import SqliteWriter
+from .sqlite_threads import SqliteReaders, SqliteWriter, usable
 
 Clock = Callable[[], datetime]
 _P = ParamSpec("_P")
@@ -87,9 +87,9 @@ class SqlEventStore:
         self._write_lock = asyncio.Lock() if self.single_writer else contextlib.nullcontext()
         self._engine_writes = EngineWrites(engine)
         url = engine.url.render_as_string(hide_password=False)
-        self._sqlite_writer = (
-            SqliteWriter(url) if self.single_writer and SqliteWriter.usable(url) else None
-        )
+        on_file = self.single_writer and usable(url)
+        self._sqlite_writer = SqliteWriter(url) if on_file else None
+        self._sqlite_readers = SqliteReaders(url) if on_file else None
 
     async def create_workflow(
         self,
@@ -140,9 +140,7 @@ class SqlEventStore:
 
     async def get_workflow(self, workflow_id: str, tenant_id: str) -> WorkflowRecord:
         """The workflow's row; NotFound when missing or owned by another tenant."""
-        async with self._engine.connect() as conn:
-            row = await workflow_row(conn, workflow_id, tenant_id)
-        return workflow_record(row)
+        return await self.read(_workflow, workflow_id, tenant_id)
 
     async def append(
         self,
@@ -198,6 +196,16 @@ class SqlEventStore:
                 return await self._sqlite_writer.run(work, *args, **kwargs)
             return await self._engine_writes.write(work, *args, **kwargs)
 
+    async def read(
+        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        """Run `work(connection, ...)` as one read transaction: on a SQLite file whole on a
+        reader thread, elsewhere on the async engine."""
+        if self._sqlite_readers is not None:
+            return await self._sqlite_readers.run(work, *args, **kwargs)
+        async with self._engine.connect() as conn:
+            return await conn.run_sync(work, *args, **kwargs)
+
     async def _append_together(self, requests: Sequence[AppendRequest]) -> list[Outcome]:
         return await self.write(append_group, requests, self._clock(), self._ephemeral)
 
@@ -209,10 +217,11 @@ class SqlEventStore:
         return self._engine.sync_engine
 
     async def close(self) -> None:
-        """Release the SQLite writer's thread and connection (the engine is the caller's)."""
-        if self._sqlite_writer is not None:
-            writer, self._sqlite_writer = self._sqlite_writer, None
-            await asyncio.to_thread(writer.close)
+        """Release the SQLite threads and their connections (the engine is the caller's)."""
+        for threads in (self._sqlite_writer, self._sqlite_readers):
+            if threads is not None:
+                await asyncio.to_thread(threads.close)
+        self._sqlite_writer = self._sqlite_readers = None
 
     async def _after_conflict(self, request: AppendRequest, conflict: IntegrityError) -> Outcome:
         """The batch collided with a stored one: a retry (by this replica or another)
@@ -220,8 +229,7 @@ class SqlEventStore:
         if not request.producer_id:
             raise conflict
         try:
-            async with self._engine.connect() as conn:
-                earlier = await conn.run_sync(earlier_append, request)
+            earlier = await self.read(earlier_append, request)
             if earlier is None:
                 raise conflict
             return repeat_of(earlier, request)
@@ -233,9 +241,7 @@ class SqlEventStore:
         query = select(tool_results.c.seq, tool_results.c.result).where(
             tool_results.c.workflow_id == workflow_id, tool_results.c.seq.in_(sorted(seqs))
         )
-        async with self._engine.connect() as conn:
-            rows = (await conn.execute(query)).all()
-        return {int(seq): str(result) for seq, result in rows}
+        return await self.read(_full_results, query)
 
     async def list_events(
         self,
@@ -259,10 +265,22 @@ class SqlEventStore:
             query = query.where(events.c.seq <= to_seq)
         if types:
             query = query.where(events.c.type.in_(sorted(types)))
-        async with self._engine.connect() as conn:
-            await workflow_row(conn, workflow_id, tenant_id)  # tenancy: NotFound if not theirs
-            rows = (await conn.execute(query)).mappings().all()
-        return [stored_event(row) for row in rows]
+        return await self.read(_tenants_events, workflow_id, tenant_id, query)
+
+
+def _workflow(conn: Connection, workflow_id: str, tenant_id: str) -> WorkflowRecord:
+    return workflow_record(workflow_row(conn, workflow_id, tenant_id))
+
+
+def _tenants_events(
+    conn: Connection, workflow_id: str, tenant_id: str, query: Select[Any]
+) -> list[StoredEvent]:
+    workflow_row(conn, workflow_id, tenant_id)  # tenancy: NotFound if not theirs
+    return [stored_event(row) for row in conn.execute(query).mappings()]
+
+
+def _full_results(conn: Connection, query: Select[Any]) -> dict[int, str]:
+    return {int(seq): str(result) for seq, result in conn.execute(query)}
 
 
 def _insert_workflow(conn: Connection, row: dict[str, Any]) -> None:
