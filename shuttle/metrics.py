@@ -31,6 +31,7 @@ SUBSCRIBER_CATCHUPS = Counter(
     "shuttle_subscriber_catchups_total", "Stream readers that fell behind and read from SQL."
 )
 COMMAND_FEEDS = Gauge("shuttle_events_command_feeds", "Open FollowCommands calls.")
+APPEND_STREAMS = Gauge("shuttle_events_append_streams", "Open AppendStream calls.")
 COMMAND_WATCHES = Gauge(
     "shuttle_events_command_watches", "Workflows whose commands a FollowCommands call follows."
 )

@@ -18,18 +18,25 @@ from opentelemetry.trace import NonRecordingSpan
 
 from shuttle.settings import Settings
 
-# Health checks run every few seconds per probe: spans for them would drown real traffic.
-_HEALTH_METHODS = "/grpc.health.v1.Health/"
+# Untraced calls: health checks (every few seconds per probe: their spans would drown real
+# traffic), and the streams a process holds open for many runs (a span would last as long
+# and belong to no run; AppendStream gives each batch a span of its run's trace itself).
+_UNTRACED = (
+    "/grpc.health.v1.Health/",
+    "/shuttle.v1.EventService/FollowCommands",
+    "/shuttle.v1.EventService/AppendStream",
+)
+_UNTRACED_BYTES = tuple(prefix.encode() for prefix in _UNTRACED)
 
 
-def _not_health(details: Any) -> bool:
+def _traced(details: Any) -> bool:
     """The interceptors' filter. The library's `health_check()` filter normalises the method
     path through os.path on every call: a twentieth of the events service's busy time under a
     stream of Appends (py-spy). The path is already "/package.Service/Method"."""
     method = details.method
     if isinstance(method, bytes):  # some grpc versions give clients bytes
-        return not method.startswith(_HEALTH_METHODS.encode())
-    return not str(method).startswith(_HEALTH_METHODS)
+        return not method.startswith(_UNTRACED_BYTES)
+    return not str(method).startswith(_UNTRACED)
 
 
 # Services decide on export one by one (OTEL_TRACES_EXPORTER per process), so the sampled
@@ -73,11 +80,11 @@ def shutdown_tracing() -> None:
 
 
 def server_interceptors() -> list[Any]:
-    return [aio_server_interceptor(filter_=_not_health)]  # type: ignore[no-untyped-call]
+    return [aio_server_interceptor(filter_=_traced)]  # type: ignore[no-untyped-call]
 
 
 def client_interceptors() -> list[Any]:
-    return list(aio_client_interceptors(filter_=_not_health))  # type: ignore[no-untyped-call]
+    return list(aio_client_interceptors(filter_=_traced))  # type: ignore[no-untyped-call]
 
 
 def current_trace_id() -> str:

@@ -4,31 +4,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterable, Iterator
-from datetime import UTC
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any, NoReturn, TypeVar
 
 import grpc
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.propagate import extract
+from opentelemetry.trace import Span, SpanKind
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
-from shuttle.envelope import type_name
 from shuttle.grpc_client import TENANT_METADATA_KEY
-from shuttle.metrics import COMMAND_FEEDS
-from shuttle.telemetry import current_trace_id
-from shuttle.v1 import common_pb2, events_pb2
+from shuttle.metrics import APPEND_STREAMS, COMMAND_FEEDS
+from shuttle.v1 import events_pb2
 
 from .command_watches import CommandWatches, WatchItem
+from .concurrent_calls import answered_concurrently
 from .errors import AlreadyExists, EventsError, FailedPrecondition, InvalidArgument, NotFound
+from .grpc_registration import SERVICE_NAME
 from .leases import LeaseStore
 from .log import EventLog
-from .records import NewEvent, WorkflowRecord, WorkflowStatus
-from .wire import EventEncoder, event_message, timestamp
+from .messages import event_type_names, new_event, workflow_message
+from .wire import EventEncoder, event_message
 
 log = logging.getLogger(__name__)
 
 
 _T = TypeVar("_T")
-Context = grpc.aio.ServicerContext[Any, Any]
+ServicerContext = grpc.aio.ServicerContext[Any, Any]
+_TRACER = trace.get_tracer(__name__)
+_APPEND_STREAM_METHOD = f"/{SERVICE_NAME}/AppendStream"
 
 _CODES: dict[type[EventsError], grpc.StatusCode] = {
     NotFound: grpc.StatusCode.NOT_FOUND,
@@ -94,6 +100,40 @@ class EventServiceServicer:
         )
         return events_pb2.AppendResponse(seqs=seqs)
 
+    async def AppendStream(
+        self,
+        request_iterator: AsyncIterable[events_pb2.AppendCall],
+        context: grpc.aio.ServicerContext[events_pb2.AppendCall, events_pb2.AppendAnswer],
+    ) -> AsyncIterator[events_pb2.AppendAnswer]:
+        caller = await _tenant(context, "")
+
+        async def answer(call: events_pb2.AppendCall) -> events_pb2.AppendAnswer:
+            request = call.request
+            tenant = caller or request.tenant_id
+            try:
+                if caller and request.tenant_id and request.tenant_id != caller:
+                    raise InvalidArgument(_tenant_mismatch(request.tenant_id, caller))
+                with _batch_span(call):
+                    seqs = await self._log.append(
+                        request.workflow_id,
+                        tenant,
+                        [new_event(draft) for draft in request.events],
+                        producer_id=request.producer_id,
+                        batch_seq=request.batch_seq,
+                    )
+            except (EventsError, SQLAlchemyError, OSError) as exc:
+                code, details = _status(exc, "append")
+                error = events_pb2.AppendError(code=code.value[0], message=details)
+                return events_pb2.AppendAnswer(id=call.id, error=error)
+            return events_pb2.AppendAnswer(id=call.id, seqs=seqs)
+
+        APPEND_STREAMS.inc()
+        try:
+            async for answer_message in answered_concurrently(request_iterator, answer):
+                yield answer_message
+        finally:
+            APPEND_STREAMS.dec()
+
     async def Stream(
         self,
         request: events_pb2.StreamRequest,
@@ -104,7 +144,7 @@ class EventServiceServicer:
             request.workflow_id,
             tenant,
             from_seq=request.from_seq,
-            types=_type_names(request.types),
+            types=event_type_names(request.types),
         )
         try:
             async for event in events:
@@ -122,7 +162,7 @@ class EventServiceServicer:
             request.workflow_id,
             tenant,
             from_seq=request.from_seq,
-            types=_type_names(request.types),
+            types=event_type_names(request.types),
         )
         try:
             async for batch in batches:
@@ -144,7 +184,7 @@ class EventServiceServicer:
                 tenant,
                 from_seq=request.from_seq,
                 limit=request.limit,
-                types=_type_names(request.types),
+                types=event_type_names(request.types),
                 full_results=request.full_results,
             ),
         )
@@ -206,10 +246,7 @@ async def _read_watches(
             if action == "watch":
                 watch = request.watch
                 if caller and watch.tenant_id and watch.tenant_id != caller:
-                    mismatch = InvalidArgument(
-                        f"tenant_id {watch.tenant_id!r} differs from the {TENANT_METADATA_KEY} "
-                        f"metadata {caller!r}: send one tenant"
-                    )
+                    mismatch = InvalidArgument(_tenant_mismatch(watch.tenant_id, caller))
                     watches.refuse(watch.workflow_id, mismatch)
                 else:
                     watches.watch(watch.workflow_id, caller or watch.tenant_id, watch.from_seq)
@@ -232,23 +269,23 @@ def _feed_messages(item: WatchItem, encoder: EventEncoder) -> Iterator[events_pb
         ended=item.ended,
     )
     if item.error is not None:
-        code, details = _status(item.error)
+        code, details = _status(item.error, "command watch")
         last.error.code = code.value[0]
         last.error.message = details
     yield last
 
 
-def _status(exc: Exception) -> tuple[grpc.StatusCode, str]:
+def _status(exc: Exception, what: str) -> tuple[grpc.StatusCode, str]:
     """The status an error stands for, as `_abort` would end a call with it."""
     if isinstance(exc, EventsError):
         return _CODES.get(type(exc), grpc.StatusCode.INTERNAL), str(exc)
-    log.error("command watch failed", exc_info=exc)
+    log.error("%s failed", what, exc_info=exc)
     if storage_unavailable(exc):
         return grpc.StatusCode.UNAVAILABLE, "event storage is unavailable; retry"
     return grpc.StatusCode.INTERNAL, "event storage failed; see the events log"
 
 
-async def _tenant(context: Context, field_value: str) -> str:
+async def _tenant(context: ServicerContext, field_value: str) -> str:
     """The caller's tenant: the x-shuttle-tenant metadata, else the request's tenant_id;
     both set and different is refused rather than guessed."""
     from_metadata = ""
@@ -257,74 +294,35 @@ async def _tenant(context: Context, field_value: str) -> str:
             from_metadata = value if isinstance(value, str) else value.decode()
     if from_metadata and field_value and from_metadata != field_value:
         await context.abort(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            f"tenant_id {field_value!r} differs from the {TENANT_METADATA_KEY} metadata "
-            f"{from_metadata!r}: send one tenant",
+            grpc.StatusCode.INVALID_ARGUMENT, _tenant_mismatch(field_value, from_metadata)
         )
     return from_metadata or field_value
 
 
-def new_event(draft: common_pb2.EventDraft) -> NewEvent:
-    """A producer's draft as a domain event; the log validates it."""
-    return NewEvent(
-        type=_type_name(draft.type),
-        agent_id=draft.agent_id,
-        message=draft.message,
-        payload_json=draft.payload_json,
-        timestamp=draft.timestamp.ToDatetime(tzinfo=UTC) if draft.HasField("timestamp") else None,
-        # The append's own span continues the producer's trace, so an event the producer did
-        # not stamp still names the trace it belongs to.
-        trace_id=draft.trace_id or current_trace_id(),
+def _tenant_mismatch(field_value: str, from_metadata: str) -> str:
+    return (
+        f"tenant_id {field_value!r} differs from the {TENANT_METADATA_KEY} metadata "
+        f"{from_metadata!r}: send one tenant"
     )
 
 
-def workflow_message(record: WorkflowRecord) -> events_pb2.Workflow:
-    return events_pb2.Workflow(
-        workflow_id=record.workflow_id,
-        tenant_id=record.tenant_id,
-        owner=record.owner,
-        status=_STATUS_VALUES[record.status],
-        last_seq=record.last_seq,
-        query=record.query,
-        session_id=record.session_id,
-        created_at=timestamp(record.created_at),
-        updated_at=timestamp(record.updated_at),
-        result=record.result,
-        error=record.error,
-        usage=common_pb2.Usage(
-            input_tokens=record.usage.input_tokens,
-            output_tokens=record.usage.output_tokens,
-            total_tokens=record.usage.total_tokens,
-            cost_usd=record.usage.cost_usd,
-        ),
-        duration_ms=record.duration_ms,
-        lease_owner=record.lease_owner,
-        lease_expires_at=timestamp(record.lease_expires_at) if record.lease_expires_at else None,
+def _batch_span(call: events_pb2.AppendCall) -> AbstractContextManager[Span]:
+    """A span for one AppendStream batch in its producer's trace (the call itself, which
+    outlives many runs, is not traced): its events name that trace (see new_event)."""
+    return _TRACER.start_as_current_span(
+        _APPEND_STREAM_METHOD,
+        context=extract({"traceparent": call.traceparent}) if call.traceparent else Context(),
+        kind=SpanKind.SERVER,
+        attributes={
+            "rpc.system": "grpc",
+            "rpc.service": SERVICE_NAME,
+            "rpc.method": "AppendStream",
+            "shuttle.workflow_id": call.request.workflow_id,
+        },
     )
 
 
-_STATUS_VALUES = {
-    status: common_pb2.WorkflowStatus.Value(f"WORKFLOW_STATUS_{status.value}")
-    for status in WorkflowStatus
-}
-
-
-def _type_name(value: int) -> str:
-    """The bare name of an EventType value; "" for UNSPECIFIED, a marker for unknown numbers
-    (proto3 enums are open), so validation can name what was wrong."""
-    if value == common_pb2.EVENT_TYPE_UNSPECIFIED:
-        return ""
-    try:
-        return type_name(value)
-    except ValueError:
-        return f"EventType({value})"
-
-
-def _type_names(values: Iterable[int]) -> list[str]:
-    return [_type_name(value) for value in values]
-
-
-async def _call(context: Context, operation: Awaitable[_T]) -> _T:
+async def _call(context: ServicerContext, operation: Awaitable[_T]) -> _T:
     try:
         return await operation
     except (EventsError, SQLAlchemyError, OSError) as exc:
@@ -347,7 +345,7 @@ def storage_unavailable(exc: BaseException) -> bool:
     return False
 
 
-async def _abort(context: Context, exc: Exception) -> NoReturn:
+async def _abort(context: ServicerContext, exc: Exception) -> NoReturn:
     """End the RPC with the status the error stands for; never leak a stack trace."""
     if isinstance(exc, EventsError):
         await context.abort(_CODES.get(type(exc), grpc.StatusCode.INTERNAL), str(exc))

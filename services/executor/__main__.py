@@ -6,6 +6,7 @@ import logging
 
 import grpc
 
+from services.executor.append_stream import AppendStream
 from services.executor.dag.steps import StepLimits
 from services.executor.dag.team import TeamSettings
 from services.executor.engine.settings import AgentSettings
@@ -49,11 +50,14 @@ async def build(settings: Settings) -> GrpcService:
     events_channel = open_channel(settings.grpc_target("events"))
     tools_channel = open_channel(settings.grpc_target("tools"))
     planner_channel = open_channel(settings.grpc_target("planner"))
-    # The command feed is one stream for the life of the process that carries no work of its
-    # own: untraced, it holds no span and no interceptor.
-    commands_channel = grpc.aio.insecure_channel(
+    # The command feed and the runs' appends are streams for the life of the process that
+    # belong to no run: untraced, they hold no span and no interceptor (each batch carries
+    # its run's trace itself).
+    feeds_channel = grpc.aio.insecure_channel(
         settings.grpc_target("events"), options=CHANNEL_OPTIONS
     )
+    feeds = events_pb2_grpc.EventServiceStub(feeds_channel)
+    appends = AppendStream(feeds)
     events = events_pb2_grpc.EventServiceStub(events_channel)
     planner = planner_pb2_grpc.PlannerServiceStub(planner_channel)
     tools = TracedToolHost(
@@ -65,12 +69,12 @@ async def build(settings: Settings) -> GrpcService:
     )
     runs = RunManager(
         registry=GrpcWorkflowRegistry(events),
-        sinks=lambda workflow_id, tenant_id: GrpcEventSink(events, workflow_id, tenant_id),
+        sinks=lambda workflow_id, tenant_id: GrpcEventSink(events, workflow_id, tenant_id, appends),
         tools=tools,
         llm=llm,
         settings=AgentSettings.from_settings(settings),
         router=GrpcRouter(planner),
-        commands=GrpcCommandSource(events_pb2_grpc.EventServiceStub(commands_channel)),
+        commands=GrpcCommandSource(feeds),
         selector=GrpcToolSelector(planner),
         emitter=EmitterSettings(settings.events_batch_max, settings.events_retry_seconds),
         planner=GrpcDagPlanner(planner),
@@ -91,7 +95,8 @@ async def build(settings: Settings) -> GrpcService:
         await runs.shutdown(settings.shutdown_grace_seconds)
 
     async def close_channels() -> None:
-        for channel in (events_channel, commands_channel, tools_channel, planner_channel):
+        await appends.close()
+        for channel in (events_channel, feeds_channel, tools_channel, planner_channel):
             await channel.close()
 
     return GrpcService(

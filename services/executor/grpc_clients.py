@@ -10,6 +10,11 @@ from functools import lru_cache
 
 import grpc
 
+from services.executor.append_stream import (
+    AppendStream,
+    AppendStreamBroken,
+    AppendStreamUnsupported,
+)
 from services.executor.ports import (
     Artifact,
     EventDraft,
@@ -59,12 +64,18 @@ class GrpcWorkflowRegistry:
 
 
 class GrpcEventSink:
-    """Appends to one workflow's log through EventService.Append, as one producer."""
+    """Appends to one workflow's log as one producer: over the process's AppendStream when
+    given one (and the events service has it), else through EventService.Append."""
 
     def __init__(
-        self, stub: events_pb2_grpc.EventServiceAsyncStub, workflow_id: str, tenant_id: str
+        self,
+        stub: events_pb2_grpc.EventServiceAsyncStub,
+        workflow_id: str,
+        tenant_id: str,
+        stream: AppendStream | None = None,
     ) -> None:
         self._stub = stub
+        self._stream = stream
         self._workflow_id = workflow_id
         self._tenant_id = tenant_id
         # One producer per run: the events service recognises a resent batch by this id
@@ -87,17 +98,41 @@ class GrpcEventSink:
             producer_id=self._producer_id,
             batch_seq=batch_seq,
         )
+        if self._stream is not None and self._stream.supported:
+            try:
+                answer = await self._stream.append(request, APPEND_TIMEOUT_SECONDS)
+            except AppendStreamBroken as broken:
+                raise _append_failure(broken.code, broken.details) from broken
+            except AppendStreamUnsupported:
+                pass  # never sent: the events service predates AppendStream
+            else:
+                if answer.HasField("error"):
+                    code = _STATUS_CODES.get(answer.error.code, grpc.StatusCode.UNKNOWN)
+                    raise _append_failure(code, answer.error.message)
+                return list(answer.seqs)
         try:
             response = await self._stub.Append(
                 request, timeout=APPEND_TIMEOUT_SECONDS, metadata=tenant_metadata(self._tenant_id)
             )
         except grpc.aio.AioRpcError as exc:
-            if exc.code() in RETRYABLE_CODES:
-                raise SinkUnavailable(f"{exc.code().name}: {exc.details()}") from exc
-            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
-                raise LogClosed(str(exc.details())) from exc
-            raise
+            raise _append_failure(exc.code(), str(exc.details())) from exc
         return list(response.seqs)
+
+
+class AppendRefused(Exception):
+    """The events service refused a batch for good (a fault in the batch or the request)."""
+
+
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def _append_failure(code: grpc.StatusCode, details: str) -> Exception:
+    """What the emitter makes of a failed append: resend, stop at a closed log, or fail."""
+    if code in RETRYABLE_CODES:
+        return SinkUnavailable(f"{code.name}: {details}")
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        return LogClosed(details)
+    return AppendRefused(f"{code.name}: {details}")
 
 
 class GrpcRunLeases:

@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from services.events.__main__ import build as build_events
+from services.executor.append_stream import AppendStream
 from services.executor.dag.steps import StepLimits
 from services.executor.dag.team import TeamSettings
 from services.executor.engine.settings import AgentSettings
@@ -72,6 +73,7 @@ class Backends:
     ports: dict[str, int]
     channels: list[grpc.aio.Channel]
     executors: list[GrpcService] = field(default_factory=list)
+    append_streams: list[AppendStream] = field(default_factory=list)
 
     def run_manager(
         self,
@@ -84,9 +86,11 @@ class Backends:
         **overrides: Any,
     ) -> RunManager:
         settings = replace(agent_defaults(), tool_timeout_seconds=10, **overrides)
+        appends = AppendStream(self.events)  # the runs' batches share one call, as deployed
+        self.append_streams.append(appends)
         return RunManager(
             registry=GrpcWorkflowRegistry(self.events),
-            sinks=lambda wf, tenant: GrpcEventSink(self.events, wf, tenant),
+            sinks=lambda wf, tenant: GrpcEventSink(self.events, wf, tenant, appends),
             tools=self.tools,
             llm=llm,
             settings=settings,
@@ -208,6 +212,8 @@ async def running_backends(
     finally:
         for executor in started.executors:
             await executor.stop(0)
+        for appends in started.append_streams:
+            await appends.close()
         for channel in started.channels:
             await channel.close()
         for service in reversed(services):

@@ -1,0 +1,73 @@
+"""Protobuf <-> domain conversions of the EventService's requests and answers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC
+
+from shuttle.envelope import type_name
+from shuttle.telemetry import current_trace_id
+from shuttle.v1 import common_pb2, events_pb2
+
+from .records import NewEvent, WorkflowRecord, WorkflowStatus
+from .wire import timestamp
+
+
+def new_event(draft: common_pb2.EventDraft) -> NewEvent:
+    """A producer's draft as a domain event; the log validates it."""
+    return NewEvent(
+        type=event_type_name(draft.type),
+        agent_id=draft.agent_id,
+        message=draft.message,
+        payload_json=draft.payload_json,
+        timestamp=draft.timestamp.ToDatetime(tzinfo=UTC) if draft.HasField("timestamp") else None,
+        # The append's own span continues the producer's trace, so an event the producer did
+        # not stamp still names the trace it belongs to.
+        trace_id=draft.trace_id or current_trace_id(),
+    )
+
+
+def workflow_message(record: WorkflowRecord) -> events_pb2.Workflow:
+    return events_pb2.Workflow(
+        workflow_id=record.workflow_id,
+        tenant_id=record.tenant_id,
+        owner=record.owner,
+        status=_STATUS_VALUES[record.status],
+        last_seq=record.last_seq,
+        query=record.query,
+        session_id=record.session_id,
+        created_at=timestamp(record.created_at),
+        updated_at=timestamp(record.updated_at),
+        result=record.result,
+        error=record.error,
+        usage=common_pb2.Usage(
+            input_tokens=record.usage.input_tokens,
+            output_tokens=record.usage.output_tokens,
+            total_tokens=record.usage.total_tokens,
+            cost_usd=record.usage.cost_usd,
+        ),
+        duration_ms=record.duration_ms,
+        lease_owner=record.lease_owner,
+        lease_expires_at=timestamp(record.lease_expires_at) if record.lease_expires_at else None,
+    )
+
+
+_STATUS_VALUES = {
+    status: common_pb2.WorkflowStatus.Value(f"WORKFLOW_STATUS_{status.value}")
+    for status in WorkflowStatus
+}
+
+
+def event_type_name(value: int) -> str:
+    """The bare name of an EventType value; "" for UNSPECIFIED, a marker for unknown numbers
+    (proto3 enums are open), so validation can name what was wrong."""
+    if value == common_pb2.EVENT_TYPE_UNSPECIFIED:
+        return ""
+    try:
+        return type_name(value)
+    except ValueError:
+        return f"EventType({value})"
+
+
+def event_type_names(values: Iterable[int]) -> list[str]:
+    return [event_type_name(value) for value in values]
