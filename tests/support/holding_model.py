@@ -11,6 +11,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from tests.support.gate import Gate
 from tests.support.scripted_openai import Reply, ScriptedOpenAI, text
 
 WAIT_SECONDS = 60
@@ -39,8 +40,7 @@ class HoldingModel(ScriptedOpenAI):
         super().__init__(handler=self.reply)
         self.held = 0
         self.saw_interrupt = 0
-        self._release: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._gate = Gate()
 
     def reply(self, body: dict[str, Any]) -> Reply:
         if body.get("stream"):
@@ -57,12 +57,9 @@ class HoldingModel(ScriptedOpenAI):
         body = await request.json()
         rounds = sum(m.get("role") == "tool" for m in body.get("messages", []))
         if asked(body, "hold") and rounds and not body.get("stream"):
-            if self._release is None:
-                self._loop, self._release = asyncio.get_running_loop(), asyncio.Event()
             self.held += 1
-            await self._release.wait()
+            await self._gate.wait()
         return await super()._completions(request)
 
     def release(self) -> None:
-        if self._loop is not None and self._release is not None:
-            self._loop.call_soon_threadsafe(self._release.set)
+        self._gate.open()
