@@ -1,11 +1,11 @@
-"""A scripted model whose runs hold their second call until the test releases them: runs
-then stay in flight (for the command feed and restart tests)."""
+"""Scripted models that hold a run in flight until the test releases them: a run held before
+its answer (command feed and restart tests) or in the middle of streaming it."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -63,3 +63,30 @@ class HoldingModel(ScriptedOpenAI):
 
     def release(self) -> None:
         self._gate.open()
+
+
+class AnswerHoldingModel(ScriptedOpenAI):
+    """Answers every question without tools and streams `chunks` as the answer, one delta
+    each, holding the stream after the first `before_hold` of them until `release` opens."""
+
+    def __init__(self, chunks: list[str], before_hold: int) -> None:
+        super().__init__(handler=lambda body: text("".join(chunks), chunks))
+        self.release = Gate()
+        self.holding = 0
+        """Answer streams that reached the hold."""
+        self._before_hold = before_hold
+
+    def hold_again(self) -> None:
+        """Hold the next answer too (once the last one was released)."""
+        self.release = Gate()
+        self.holding = 0
+
+    async def _stream(self, reply: Reply) -> AsyncIterator[bytes]:
+        # The content frames come first: after `before_hold` frames, that many deltas are out.
+        sent = 0
+        async for frame in super()._stream(reply):
+            yield frame
+            sent += 1
+            if sent == self._before_hold:
+                self.holding += 1
+                await self.release.wait()
