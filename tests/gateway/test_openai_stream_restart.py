@@ -1,7 +1,7 @@
-"""A streamed chat completion rides out an events service restart: the real gateway (uvicorn,
+"""A streamed chat completion across an events service restart: the real gateway (uvicorn,
 in this process) follows the run's log while the events service (its own process) is killed
-and started again, and the `openai` client's stream goes on to its end with the whole answer,
-once, as if nothing had happened."""
+and started again mid-answer, and the `openai` client's stream goes on to its end with the
+whole answer, once; answer deltas the dead service took with it included."""
 
 from __future__ import annotations
 
