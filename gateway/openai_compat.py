@@ -194,6 +194,39 @@ async def chat_completions(
     )
 
 
+class StreamedAnswer:
+    """The answer as a stream has passed it on. Answer deltas are ephemeral: an events
+    service restart, or a reader that fell behind the hot tier, loses some for good. Deltas
+    are passed on until one is missing; the completed message then supplies the rest."""
+
+    def __init__(self) -> None:
+        self.sent = ""
+        self._deltas = 0
+        self._gap = False
+
+    def delta(self, payload: dict[str, Any]) -> str:
+        """What to send of a THREAD_MESSAGE_DELTA: nothing from the first gap on."""
+        index = payload.get("index")
+        if isinstance(index, int) and index != self._deltas:
+            self._gap = True
+        if self._gap:
+            return ""
+        self._deltas += 1
+        piece = str(payload.get("delta", ""))
+        self.sent += piece
+        return piece
+
+    def completed(self, payload: dict[str, Any]) -> str:
+        """What to send of THREAD_MESSAGE_COMPLETED: the answer past what was sent. Nothing
+        if the sent text is not its start (a synthesis that failed midway is answered with
+        the loop's own answer), since what was sent cannot be taken back."""
+        content = str(payload.get("content", ""))
+        if not content.startswith(self.sent):
+            return ""
+        rest, self.sent = content[len(self.sent) :], content
+        return rest
+
+
 async def _chunks(
     events: AsyncIterator[tuple[str, dict[str, Any]]], base: dict[str, Any], include_usage: bool
 ) -> AsyncIterator[ServerSentEvent]:
@@ -203,15 +236,15 @@ async def _chunks(
         return ServerSentEvent(data=json.dumps(body, ensure_ascii=False))
 
     yield chunk({"role": "assistant", "content": ""})
-    streamed = False
+    answer = StreamedAnswer()
     try:
         async for kind, payload in events:
             if kind == "THREAD_MESSAGE_DELTA":
-                streamed = True
-                yield chunk({"content": str(payload.get("delta", ""))})
-            elif kind == "THREAD_MESSAGE_COMPLETED" and not streamed:
-                streamed = True
-                yield chunk({"content": str(payload.get("content", ""))})
+                if piece := answer.delta(payload):
+                    yield chunk({"content": piece})
+            elif kind == "THREAD_MESSAGE_COMPLETED":
+                if rest := answer.completed(payload):
+                    yield chunk({"content": rest})
             elif kind == "WORKFLOW_COMPLETED":
                 yield chunk({}, "stop")
                 if include_usage:

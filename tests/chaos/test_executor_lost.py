@@ -17,10 +17,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tests.chaos.conftest import MODEL_LATENCY_SECONDS, Scale
-from tests.chaos.gate import Gate
 from tests.chaos.harness import assert_clean, read_log, record_row, wait_until
 from tests.chaos.model import ChaosModel
 from tests.chaos.scenario import scenario
+from tests.support.gate import Gate
 from tests.support.processes import restart_supervised
 from tests.support.scripted_openai import ScriptedOpenAI
 from tests.support.stack import Stack, start_stack

@@ -19,9 +19,9 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from tests.chaos.conftest import MODEL_LATENCY_SECONDS, Scale
-from tests.chaos.gate import Gate
 from tests.chaos.harness import assert_clean, read_log, record_row, wait_until
 from tests.chaos.scenario import scenario
+from tests.support.gate import Gate
 from tests.support.models import arithmetic_model
 from tests.support.processes import restart_supervised
 from tests.support.scripted_openai import Reply, ScriptedOpenAI, text, tool_call

@@ -40,7 +40,7 @@ from shuttle.v1 import (
     planner_pb2_grpc,
     tools_pb2_grpc,
 )
-from tests.executor.holding_model import HoldingModel
+from tests.support.holding_model import HoldingModel
 from tests.support.scripted_openai import ScriptedOpenAI
 from tests.support.team_model import TeamModel, TimedScriptedOpenAI
 

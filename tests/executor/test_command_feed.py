@@ -16,7 +16,7 @@ from shuttle.metrics import COMMAND_FEEDS, COMMAND_WATCHES
 from shuttle.settings import Settings
 from shuttle.v1 import events_pb2, events_pb2_grpc
 from tests.executor.conftest import TENANT, Backends, first, types_of
-from tests.executor.holding_model import HoldingModel, until
+from tests.support.holding_model import HoldingModel, until
 
 
 def gauge(metric: Any) -> float:

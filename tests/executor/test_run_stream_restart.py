@@ -15,7 +15,7 @@ from shuttle.llm.openai_model import OpenAIModel
 from shuttle.settings import Settings
 from shuttle.v1 import common_pb2, events_pb2_grpc, executor_pb2
 from tests.executor.conftest import TENANT, running_backends
-from tests.executor.holding_model import HoldingModel, until
+from tests.support.holding_model import HoldingModel, until
 
 
 async def test_a_run_streamed_over_run_survives_an_events_restart(

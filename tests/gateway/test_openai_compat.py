@@ -7,7 +7,7 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.openai_compat import chat_usage
+from gateway.openai_compat import StreamedAnswer, chat_usage
 from tests.gateway.conftest import AuthStack
 
 pytestmark = pytest.mark.integration
@@ -88,3 +88,33 @@ def test_usage_reads_only_well_typed_counts(
     """Any producer may append WORKFLOW_COMPLETED: a malformed usage must not break the reply."""
     usage = chat_usage(payload)
     assert (usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]) == expected
+
+
+def deltas(*pieces: tuple[int, str]) -> list[dict[str, Any]]:
+    return [{"delta": text, "index": index} for index, text in pieces]
+
+
+@pytest.mark.parametrize(
+    ("received", "content", "expected"),
+    [
+        # Every delta: the completed message adds nothing.
+        (deltas((0, "a "), (1, "b "), (2, "c")), "a b c", ["a ", "b ", "c"]),
+        # None (replayed from SQL, where deltas are not kept): the whole answer at the end.
+        ([], "a b c", ["a b c"]),
+        # The last ones lost: the rest at the end.
+        (deltas((0, "a ")), "a b c", ["a ", "b c"]),
+        # One lost in the middle: nothing past the gap until the end brings the rest.
+        (deltas((0, "a "), (2, "c ")), "a b c d", ["a ", "b c d"]),
+        # The first lost.
+        (deltas((1, "b "), (2, "c")), "a b c", ["a b c"]),
+        # A synthesis that failed midway, answered with the loop's answer: what was sent stays.
+        (deltas((0, "Par"), (1, "tial")), "Fallback", ["Par", "tial"]),
+    ],
+)
+def test_a_streamed_answer_is_whole_however_many_deltas_were_lost(
+    received: list[dict[str, Any]], content: str, expected: list[str]
+) -> None:
+    answer = StreamedAnswer()
+    sent = [answer.delta(payload) for payload in received]
+    sent.append(answer.completed({"content": content}))
+    assert [piece for piece in sent if piece] == expected

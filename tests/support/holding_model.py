@@ -1,16 +1,17 @@
-"""A scripted model whose runs hold their second call until the test releases them: runs
-then stay in flight (for the command feed and restart tests)."""
+"""Scripted models that hold a run in flight until the test releases them: a run held before
+its answer (command feed and restart tests) or in the middle of streaming it."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from tests.support.gate import Gate
 from tests.support.scripted_openai import Reply, ScriptedOpenAI, text
 
 WAIT_SECONDS = 60
@@ -39,8 +40,7 @@ class HoldingModel(ScriptedOpenAI):
         super().__init__(handler=self.reply)
         self.held = 0
         self.saw_interrupt = 0
-        self._release: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._gate = Gate()
 
     def reply(self, body: dict[str, Any]) -> Reply:
         if body.get("stream"):
@@ -57,12 +57,36 @@ class HoldingModel(ScriptedOpenAI):
         body = await request.json()
         rounds = sum(m.get("role") == "tool" for m in body.get("messages", []))
         if asked(body, "hold") and rounds and not body.get("stream"):
-            if self._release is None:
-                self._loop, self._release = asyncio.get_running_loop(), asyncio.Event()
             self.held += 1
-            await self._release.wait()
+            await self._gate.wait()
         return await super()._completions(request)
 
     def release(self) -> None:
-        if self._loop is not None and self._release is not None:
-            self._loop.call_soon_threadsafe(self._release.set)
+        self._gate.open()
+
+
+class AnswerHoldingModel(ScriptedOpenAI):
+    """Answers every question without tools and streams `chunks` as the answer, one delta
+    each, holding the stream after the first `before_hold` of them until `release` opens."""
+
+    def __init__(self, chunks: list[str], before_hold: int) -> None:
+        super().__init__(handler=lambda body: text("".join(chunks), chunks))
+        self.release = Gate()
+        self.holding = 0
+        """Answer streams that reached the hold."""
+        self._before_hold = before_hold
+
+    def hold_again(self) -> None:
+        """Hold the next answer too (once the last one was released)."""
+        self.release = Gate()
+        self.holding = 0
+
+    async def _stream(self, reply: Reply) -> AsyncIterator[bytes]:
+        # The content frames come first: after `before_hold` frames, that many deltas are out.
+        sent = 0
+        async for frame in super()._stream(reply):
+            yield frame
+            sent += 1
+            if sent == self._before_hold:
+                self.holding += 1
+                await self.release.wait()
