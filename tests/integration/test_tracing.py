@@ -108,7 +108,7 @@ def test_services_that_export_keep_their_spans_under_callers_that_do_not(
     (trace_id,) = {f.envelope["trace_id"] for f in frames}
     in_trace = [s for s in receiver.spans if s.trace_id == trace_id]
     assert {s.service for s in in_trace} == {"shuttle-executor", "shuttle-events"}
-    # The executor's appends are its spans' children on the events service's side.
+    # The executor's batches are its spans' children on the events service's side.
     executor_spans = {s.span_id for s in in_trace if s.service == "shuttle-executor"}
-    appends = [s for s in in_trace if s.name == "/shuttle.v1.EventService/Append"]
+    appends = [s for s in in_trace if s.name == "/shuttle.v1.EventService/AppendStream"]
     assert appends and all(s.parent_span_id in executor_spans for s in appends)
