@@ -1,7 +1,7 @@
 """Emit -> subscriber latency of the workflow log (p50/p99) with 1, 100 and 1,000
 subscribers on one workflow, the producer appending one event at a time at a fixed rate.
 
-Each event is emitted on schedule as its own Append, without waiting for the previous
+Each event is emitted on schedule as its own append, without waiting for the previous
 one to return (as many concurrent runs would), and carries its emit time; latency is until a
 subscriber has it, so it includes the SQL commit. Three columns, run in this process one
 after the other on the same machine:
@@ -9,10 +9,11 @@ after the other on the same machine:
 - log: the events service's EventLog in-process (SQLite, in-process hot tier), each event
   committed to SQL before it is fanned out; no gRPC;
 - grpc: `python -m services.events` as its own process, appends and subscribers over gRPC
-  (the deployed path), on SQLite, or on PostgreSQL + Redis with --backend pg; with
-  --batched its subscribers use StreamBatches.
+  (the deployed path: the appends over one AppendStream call, as the executor's; with
+  --unary one Append call each), on SQLite, or on PostgreSQL + Redis with --backend pg;
+  with --batched its subscribers use StreamBatches.
 
-    .venv/bin/python -m bench.events_latency [--backend sqlite|pg] [--batched]
+    .venv/bin/python -m bench.events_latency [--backend sqlite|pg] [--batched] [--unary]
 """
 
 from __future__ import annotations
@@ -33,15 +34,18 @@ from services.events.log import EventLog
 from services.events.migrate import migrate
 from services.events.records import NewEvent
 from services.events.store import SqlEventStore
+from services.executor.append_stream import AppendStreamBroken
 from shuttle.db import create_engine
 from shuttle.envelope import type_value
 from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 from .events_support import Backend, backends, events_service, paced, percentile
+from .producer import AppendRefused, Producer
 from .results import add_common_arguments, latency_summary, save
 
-TENANT = tenant_metadata("bench")
+TENANT_ID = "bench"
+TENANT = tenant_metadata(TENANT_ID)
 # (subscribers, events per second, events): the last two keep each run to a few seconds.
 CONFIGS = [(1, 1000, 2000), (100, 1000, 1000), (100, 100, 300), (1000, 100, 200)]
 QUICK_CONFIGS = [(1, 1000, 300), (100, 1000, 200), (100, 100, 100), (1000, 100, 50)]
@@ -117,7 +121,7 @@ def log_runner(data_dir: Path) -> Runner:
     return run
 
 
-def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
+def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub, producer: Producer) -> Runner:
     async def run(subscribers: int, rate: float, count: int) -> tuple[list[float], float, int]:
         created = await stub.CreateWorkflow(events_pb2.CreateWorkflowRequest(), metadata=TENANT)
         workflow_id = created.workflow_id
@@ -143,15 +147,15 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub) -> Runner:
 
         async def emit() -> None:
             try:
-                await stub.Append(
+                await producer.append(
                     events_pb2.AppendRequest(
                         workflow_id=workflow_id,
+                        tenant_id=TENANT_ID,
                         events=[common_pb2.EventDraft(type=progress, payload_json=stamp())],
-                    ),
-                    metadata=TENANT,
+                    )
                 )
-            except grpc.aio.AioRpcError as exc:  # a refused append is a figure, not a crash
-                failures.append(f"{exc.code().name}: {exc.details()}")
+            except (grpc.aio.AioRpcError, AppendRefused, AppendStreamBroken) as exc:
+                failures.append(str(exc))  # a refused append is a figure, not a crash
 
         appends: list[asyncio.Task[None]] = []
         async for _ in paced(rate, count):
@@ -197,6 +201,9 @@ async def main() -> None:
     parser.add_argument("--sequential", action="store_true", help="await each append")
     parser.add_argument("--batched", action="store_true", help="gRPC subscribers use StreamBatches")
     parser.add_argument(
+        "--unary", action="store_true", help="one Append call per event instead of AppendStream"
+    )
+    parser.add_argument(
         "--grpc-only",
         action="store_true",
         help="only the grpc column (peer and log do not depend on --backend)",
@@ -214,30 +221,34 @@ async def main() -> None:
             if args.backend == "pg" and backend.label == "sqlite":
                 raise SystemExit("PostgreSQL is not reachable on 127.0.0.1:5432")
             async with events_service(backend, data_dir) as stub:
-                runners: list[tuple[str, Runner]] = [
-                    ("peer", peer),
-                    ("log", log_runner(data_dir)),
-                    ("grpc", grpc_runner(stub)),
-                ]
-                if args.grpc_only:
-                    runners = runners[-1:]
-                print(f"grpc column: events service on {backend.label}")
-                for subscribers, rate, count in QUICK_CONFIGS if args.quick else CONFIGS:
-                    print(f"{subscribers} subscribers, {rate:.0f} events/s, {count} events:")
-                    measured: dict[str, object] = {
-                        "subscribers": subscribers,
-                        "rate": rate,
-                        "events": count,
-                    }
-                    for label, runner in runners:
-                        latencies, reached, failed = await runner(subscribers, rate, count)
-                        print("  " + row(label, latencies, reached, subscribers * count))
-                        expected = subscribers * count
-                        measured[label] = summary(latencies, reached, expected, failed)
-                        if failed:
-                            print(f"  {label}: {failed} appends failed")
-                    rows.append(measured)
-    settings = {"backend": args.backend, "sequential": args.sequential}
+                producer = Producer(stub, unary=args.unary)
+                try:
+                    runners: list[tuple[str, Runner]] = [
+                        ("peer", peer),
+                        ("log", log_runner(data_dir)),
+                        ("grpc", grpc_runner(stub, producer)),
+                    ]
+                    if args.grpc_only:
+                        runners = runners[-1:]
+                    print(f"grpc column: events service on {backend.label}")
+                    for subscribers, rate, count in QUICK_CONFIGS if args.quick else CONFIGS:
+                        print(f"{subscribers} subscribers, {rate:.0f} events/s, {count} events:")
+                        measured: dict[str, object] = {
+                            "subscribers": subscribers,
+                            "rate": rate,
+                            "events": count,
+                        }
+                        for label, runner in runners:
+                            latencies, reached, failed = await runner(subscribers, rate, count)
+                            print("  " + row(label, latencies, reached, subscribers * count))
+                            expected = subscribers * count
+                            measured[label] = summary(latencies, reached, expected, failed)
+                            if failed:
+                                print(f"  {label}: {failed} appends failed")
+                        rows.append(measured)
+                finally:
+                    await producer.close()
+    settings = {"backend": args.backend, "sequential": args.sequential, "unary": args.unary}
     save(args.json, "events_latency", settings, {"backend": backend.label, "rows": rows})
 
 

@@ -2,17 +2,18 @@
 
 The five Shuttle processes run on the embedded defaults (SQLite, in-process hot tier). N SSE
 clients (raw sockets in this process) follow one workflow at GET /api/v1/stream/sse; the
-producer appends to the events service over gRPC, as the executor does. The gateway follows
+producer appends to the events service over one AppendStream call, as the executor does
+(--unary: one Append call per batch). The gateway follows
 the workflow with one EventService.StreamBatches call for all of them (gateway/fanout.py).
 
 - throughput: the producer appends batches back to back; events/s is events appended per
   second until every client has them all, frames/s is events x clients over that time.
 - latency: single-event appends at a fixed rate, each carrying its emit time (not waiting
   for the previous append, as many producers would); latency runs from just before the
-  Append to the client holding the event's bytes, so it includes the SQL commit, the events
+  append to the client holding the event's bytes, so it includes the SQL commit, the events
   service, the gateway and this process's own event loop.
 
-    .venv/bin/python -m bench.sse_fanout [--clients 1 100 1000] [--quick] [--json PATH]
+    .venv/bin/python -m bench.sse_fanout [--clients 1 100 1000] [--unary] [--quick] [--json PATH]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from shuttle.grpc_client import open_channel, tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 from .events_support import paced
+from .producer import Producer
 from .react_support import STACK_ENV
 from .results import add_common_arguments, latency_summary, save
 from .sse_clients import (
@@ -48,8 +50,11 @@ BATCH = 50
 
 
 class Fanout:
-    def __init__(self, events: events_pb2_grpc.EventServiceAsyncStub, gateway: str) -> None:
+    def __init__(
+        self, events: events_pb2_grpc.EventServiceAsyncStub, gateway: str, producer: Producer
+    ) -> None:
         self.events = events
+        self.producer = producer
         address = urlsplit(gateway)
         self.host, self.port = address.hostname or "127.0.0.1", address.port or 80
 
@@ -68,8 +73,8 @@ class Fanout:
         return workflow_id, followers
 
     async def append(self, workflow_id: str, drafts: list[common_pb2.EventDraft]) -> None:
-        request = events_pb2.AppendRequest(workflow_id=workflow_id, events=drafts)
-        await self.events.Append(request, metadata=METADATA)
+        request = events_pb2.AppendRequest(workflow_id=workflow_id, tenant_id=TENANT, events=drafts)
+        await self.producer.append(request)
 
     async def finish(self, workflow_id: str, followers: list[SseClient]) -> None:
         await self.append(workflow_id, [common_pb2.EventDraft(type=COMPLETED)])
@@ -144,7 +149,9 @@ async def main(args: argparse.Namespace) -> None:
     latency: list[dict[str, Any]] = []
     with running_stack(STACK_ENV) as stack:
         channel = open_channel(f"127.0.0.1:{stack.grpc_ports['events']}")
-        fanout = Fanout(events_pb2_grpc.EventServiceStub(channel), stack.gateway)
+        stub = events_pb2_grpc.EventServiceStub(channel)
+        producer = Producer(stub, unary=args.unary)
+        fanout = Fanout(stub, stack.gateway, producer)
         try:
             for n in clients:
                 # Events x clients is the work: the most clients get fewer events.
@@ -166,11 +173,12 @@ async def main(args: argparse.Namespace) -> None:
                     f"  delivered {row['delivered']}/{row['expected']}"
                 )
         finally:
+            await producer.close()
             await channel.close()
     save(
         args.json,
         "sse_fanout",
-        {"clients": clients, "batch": BATCH, "backend": "sqlite"},
+        {"clients": clients, "batch": BATCH, "backend": "sqlite", "unary": args.unary},
         {"throughput": throughput, "latency": latency},
     )
 
@@ -178,5 +186,8 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, nargs="+", help="SSE clients (1 100 1000)")
+    parser.add_argument(
+        "--unary", action="store_true", help="one Append call per batch instead of AppendStream"
+    )
     add_common_arguments(parser)
     asyncio.run(main(parser.parse_args()))

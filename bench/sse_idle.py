@@ -22,6 +22,7 @@ from shuttle.grpc_client import open_channel
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 from .events_support import free_port
+from .producer import Producer
 from .react_support import STACK_ENV
 from .results import (
     add_common_arguments,
@@ -120,7 +121,9 @@ async def main(args: argparse.Namespace) -> None:
         processes = stack.supervisor.processes
         pids = {"gateway": processes["gateway"].pid, "events": processes["events"].pid}
         channel = open_channel(f"127.0.0.1:{stack.grpc_ports['events']}")
-        fanout = Fanout(events_pb2_grpc.EventServiceStub(channel), stack.gateway)
+        stub = events_pb2_grpc.EventServiceStub(channel)
+        producer = Producer(stub)
+        fanout = Fanout(stub, stack.gateway, producer)
         try:
             latencies: list[float] = []
             created = await fanout.events.CreateWorkflow(
@@ -151,6 +154,7 @@ async def main(args: argparse.Namespace) -> None:
             reached = sum(1 for c in clients if c.frames)
             await fanout.finish(workflow_id, clients)
         finally:
+            await producer.close()
             await channel.close()
     bare_sse = await bare_sse_per_connection(total)
     first = steps[0]
