@@ -156,6 +156,32 @@ async def test_an_upgraded_events_service_is_followed_with_follow_commands_again
         await upgraded.stop()
 
 
+async def test_after_a_broken_session_the_events_service_is_asked_again(
+    settings: Settings,
+) -> None:
+    """An events service replaced by an older release (a rollback) breaks the
+    FollowCommands call; the session opened after it asks again and takes streams."""
+    full = EventsRelease(settings)
+    client = Client(await full.start())
+    older = EventsRelease(settings, omit=OLDER)
+    try:
+        workflow_id = await client.create()
+        receiver = CountingReceiver()
+        client.feed.register(workflow_id, TENANT, receiver)
+        await until(lambda: full.open["FollowCommands"] == 1, "FollowCommands is used")
+
+        await full.stop()
+        await older.start(full.port)
+        await until(lambda: older.open["Stream"] == 1, "the run's log is streamed")
+        cancel = await client.log.append(workflow_id, TENANT, "WORKFLOW_CANCELLING", "c", {})
+        await until(lambda: receiver.seqs == [cancel], "the command arrives")
+        assert receiver.control.cancel_requested
+    finally:
+        await client.close()
+        await older.stop()
+        await full.stop()
+
+
 async def test_a_full_events_service_is_followed_with_one_follow_commands_call(
     settings: Settings,
 ) -> None:
