@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 _COMMAND_TYPES = [type_value(name) for name in COMMAND_EVENT_TYPES]
 _STREAM_END = type_value("STREAM_END")
 # A stopping events service drops its calls (CANCELLED) where a stopped one refuses them.
-STREAM_RETRYABLE_CODES = RETRYABLE_CODES | {grpc.StatusCode.CANCELLED}
+_RETRYABLE_CODES = RETRYABLE_CODES | {grpc.StatusCode.CANCELLED}
 
 
 def command(event: common_pb2.Event) -> LogCommand:
@@ -128,7 +128,7 @@ class StreamSession:
                 FeedItem(
                     watch.workflow_id,
                     error=f"{exc.code().name}: {exc.details()}",
-                    retryable=exc.code() in STREAM_RETRYABLE_CODES,
+                    retryable=exc.code() in _RETRYABLE_CODES,
                 )
             )
         except Exception as exc:
