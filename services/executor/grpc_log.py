@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import aclosing, suppress
 from typing import Any
 
 import grpc
 
+from services.executor.command_streams import StreamSession, command
 from services.executor.follower import (
     CommandSourceUnavailable,
     FeedItem,
@@ -17,38 +20,110 @@ from services.executor.follower import (
     WatchRequest,
 )
 from services.executor.grpc_clients import RETRYABLE_CODES
-from shuttle.envelope import type_name, type_value
+from shuttle.envelope import type_value
 from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 _CONTROL_TYPES = ("WORKFLOW_PAUSING", "WORKFLOW_PAUSED", "WORKFLOW_RESUMED", "WORKFLOW_CANCELLING")
 _PAGE = 1000
 
+log = logging.getLogger(__name__)
 
-def _command(event: common_pb2.Event) -> LogCommand:
-    payload = json.loads(event.payload_json) if event.payload_json else {}
-    return LogCommand(
-        int(event.seq), type_name(event.type), payload if isinstance(payload, dict) else {}
-    )
+
+_ASK_TIMEOUT_SECONDS = 10.0
 
 
 class GrpcCommandSource:
-    """Sessions of EventService.FollowCommands: many workflows' commands over one stream."""
+    """Sessions of EventService.FollowCommands: many workflows' commands over one stream.
+
+    An events service without FollowCommands (an older release) answers UNIMPLEMENTED; its
+    sessions take one Stream per watch instead (`command_streams.py`). The service is asked
+    with a call that watches nothing, since a call sending watches to a service refusing it
+    may fail with INTERNAL instead. The answer is kept until something fails: the first
+    session after a failed one, and the first watch after a failed stream, ask again, so an
+    upgraded events service is used once it is back.
+    """
 
     def __init__(self, stub: events_pb2_grpc.EventServiceAsyncStub) -> None:
         self._stub = stub
+        self._has_follow: bool | None = None
+        self._stale = False
+        """Something failed since the answer: the events service may have been replaced."""
 
     async def follow(self, requests: AsyncIterator[WatchRequest]) -> AsyncIterator[FeedItem]:
+        if self._has_follow is None or self._stale:
+            await self._ask()
+        try:
+            if self._has_follow:
+                async with aclosing(self._follow_commands(requests)) as items:
+                    async for item in items:
+                        yield item
+                return
+            session = StreamSession(self._stub, self._asking(requests))
+            async with aclosing(session.items()) as items:
+                async for item in items:
+                    self._stale = self._stale or item.retryable
+                    yield item
+        except Exception:
+            self._stale = True
+            raise
+
+    async def _follow_commands(
+        self, requests: AsyncIterator[WatchRequest]
+    ) -> AsyncGenerator[FeedItem, None]:
         call = self._stub.FollowCommands(_watch_messages(requests))
         try:
             async for message in call:
                 yield _feed_item(message)
         except grpc.aio.AioRpcError as exc:
-            if exc.code() in RETRYABLE_CODES:
+            if exc.code() in RETRYABLE_CODES or exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                 raise CommandSourceUnavailable(f"{exc.code().name}: {exc.details()}") from exc
             raise
         finally:
             call.cancel()
+
+    async def _asking(self, requests: AsyncIterator[WatchRequest]) -> AsyncIterator[WatchRequest]:
+        """`requests`, asking again before a watch while the answer is stale; an events
+        service that implements FollowCommands now ends the session, to be opened on it."""
+        async for request in requests:
+            if isinstance(request, Watch) and self._stale:
+                with suppress(CommandSourceUnavailable):  # out of reach: its stream says so
+                    await self._ask()
+                if self._has_follow:
+                    raise CommandSourceUnavailable("the events service implements FollowCommands")
+            yield request
+
+    async def _ask(self) -> None:
+        """Learn whether the events service implements FollowCommands; raises
+        CommandSourceUnavailable when it gives no answer."""
+        call = self._stub.FollowCommands(_no_watches(), timeout=_ASK_TIMEOUT_SECONDS)
+        try:
+            async for _ in call:
+                pass
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise CommandSourceUnavailable(f"{exc.code().name}: {exc.details()}") from exc
+            self._learn(has_follow=False)
+        else:
+            self._learn(has_follow=True)
+        finally:
+            call.cancel()
+
+    def _learn(self, *, has_follow: bool) -> None:
+        if not has_follow and self._has_follow is not False:
+            log.warning(
+                "the events service does not implement FollowCommands (an older release): "
+                "following the commands of each run over a stream of its own"
+            )
+        elif has_follow and self._has_follow is False:
+            log.info("the events service implements FollowCommands: one stream for all runs")
+        self._has_follow = has_follow
+        self._stale = False
+
+
+async def _no_watches() -> AsyncIterator[events_pb2.CommandWatch]:
+    return
+    yield
 
 
 async def _watch_messages(
@@ -78,7 +153,7 @@ def _feed_item(message: events_pb2.CommandFeed) -> FeedItem:
         retryable = code in RETRYABLE_CODES
     return FeedItem(
         message.workflow_id,
-        tuple(_command(e) for e in message.events),
+        tuple(command(e) for e in message.events),
         ended=message.ended,
         error=error,
         retryable=retryable,
@@ -115,7 +190,7 @@ class GrpcWorkflowLog:
                 ),
                 metadata=tenant_metadata(tenant_id),
             )
-            found += [_command(e) for e in page.events]
+            found += [command(e) for e in page.events]
             from_seq = int(page.next_seq)
         return found
 
