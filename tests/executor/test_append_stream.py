@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
-from services.executor.runs import RunRequest
+import pytest
+
+from services.executor.append_stream import AppendStream
+from services.executor.grpc_clients import GrpcEventSink, GrpcWorkflowRegistry
+from services.executor.runs import RunManager, RunRequest
+from shuttle.grpc_client import open_channel
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.metrics import APPEND_STREAMS, GRPC_SECONDS
-from tests.executor.conftest import TENANT, Backends, types_of
+from shuttle.settings import Settings
+from shuttle.v1 import events_pb2, events_pb2_grpc
+from tests.executor.conftest import TENANT, Backends, agent_defaults, as_dict, types_of
+from tests.executor.events_release import EventsRelease
 from tests.support.scripted_openai import ScriptedOpenAI, text
 
 RUNS = 3
+OLDER = frozenset({"AppendStream"})
 
 
 def gauge(metric: Any) -> float:
@@ -46,3 +57,51 @@ async def test_the_runs_of_a_process_append_over_one_call(
     assert gauge(APPEND_STREAMS) == streams + 1
     assert unary_appends() == appends
     await runs.shutdown(1)
+
+
+async def read_log(
+    events: events_pb2_grpc.EventServiceAsyncStub, workflow_id: str
+) -> list[dict[str, Any]]:
+    request = events_pb2.StreamRequest(workflow_id=workflow_id, tenant_id=TENANT, from_seq=1)
+    return [as_dict(e) async for e in events.Stream(request)]
+
+
+async def test_against_an_events_service_without_it_runs_append_call_by_call(
+    tmp_path: Path,
+    backends: Backends,
+    model: ScriptedOpenAI,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    older = EventsRelease(Settings(data_dir=tmp_path, database_url=""), omit=OLDER)
+    port = await older.start()
+    channel = open_channel(f"127.0.0.1:{port}")
+    events = events_pb2_grpc.EventServiceStub(channel)
+    appends = AppendStream(events)
+    model.script(*[text("Nothing to compute.") for _ in range(2 * RUNS)])
+    runs = RunManager(
+        registry=GrpcWorkflowRegistry(events),
+        sinks=lambda wf, tenant: GrpcEventSink(events, wf, tenant, appends),
+        tools=backends.tools,
+        llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
+        settings=agent_defaults(),
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="services.executor.append_stream"):
+            started = [
+                await runs.start(RunRequest(query="Say hello", tenant_id=TENANT))
+                for _ in range(RUNS)
+            ]
+            for workflow_id in started:
+                events_seen = await read_log(events, workflow_id)
+                assert types_of(events_seen)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
+                assert [e["seq"] for e in events_seen] == list(range(1, len(events_seen) + 1))
+        # Asked once; every batch then went by Append, and the run never noticed.
+        assert older.calls["AppendStream"] == 1
+        assert older.calls["Append"] >= RUNS * 2
+        warnings = [r.message for r in caplog.records if "AppendStream" in r.message]
+        assert warnings == ["the events service has no AppendStream; appending call by call"]
+    finally:
+        await runs.shutdown(1)
+        await appends.close()
+        await channel.close()
+        await older.stop()

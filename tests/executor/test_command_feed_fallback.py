@@ -19,8 +19,8 @@ from shuttle.settings import Settings
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 from tests.executor.conftest import TENANT
 from tests.executor.events_release import EventsRelease
-from tests.executor.holding_model import until
 from tests.executor.test_command_feed import CountingReceiver, gauge
+from tests.support.holding_model import until
 
 OLDER = frozenset({"FollowCommands"})
 
