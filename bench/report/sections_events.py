@@ -100,11 +100,12 @@ def events_latency(ctx: Context) -> str:
 .venv/bin/python -m bench.events_latency [--backend pg] [--sequential]
 ```
 
-One workflow; the producer emits each event as its own `Append` on schedule (without waiting
+One workflow; the producer emits each event as its own append on schedule (without waiting
 for the previous one, as many concurrent runs would); latency runs from the emit time carried
 in the payload to a subscriber holding the event, so it includes the SQL commit. *peer*: a
 bare asyncio fan-out (a queue per subscriber). *log*: the `EventLog` in-process on SQLite, no
-gRPC. *grpc*: the events service as its own process, over gRPC. p50 / p99.
+gRPC. *grpc*: the events service as its own process, over gRPC, the appends over one
+`AppendStream` call as the executor's (`--unary`: one `Append` call each). p50 / p99.
 """
     parts = [head]
     for name, title in (
@@ -172,10 +173,11 @@ def sse_fanout(ctx: Context) -> str:
 
 The five processes on the embedded defaults (SQLite, in-process hot tier). N SSE clients
 (raw sockets, one asyncio process) follow one workflow at `GET /api/v1/stream/sse`; the
-producer appends to the events service over gRPC, as the executor does. The clients share one
+producer appends to the events service over one `AppendStream` call, as the executor does.
+The clients share one
 `EventService.StreamBatches` call and each event's rendered frame (`gateway/fanout.py`).
 *Throughput*: batches of 50 events back to back; events/s is events until every client has
-them all, frames/s is that × clients. *Latency*: one event per `Append` at a fixed rate (not
+them all, frames/s is that × clients. *Latency*: one event per append at a fixed rate (not
 waiting for the previous one), from just before the append to the client holding the bytes:
 it includes the commit, the events service, the gateway and the clients' own event loop,
 which shares the two cores with the services.

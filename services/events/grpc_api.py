@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any, NoReturn, TypeVar
@@ -16,7 +17,7 @@ from opentelemetry.trace import Span, SpanKind
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
 from shuttle.grpc_client import TENANT_METADATA_KEY
-from shuttle.metrics import APPEND_STREAMS, COMMAND_FEEDS
+from shuttle.metrics import APPEND_STREAMS, COMMAND_FEEDS, GRPC_SECONDS
 from shuttle.v1 import events_pb2
 
 from .command_watches import CommandWatches, WatchItem
@@ -35,6 +36,7 @@ _T = TypeVar("_T")
 ServicerContext = grpc.aio.ServicerContext[Any, Any]
 _TRACER = trace.get_tracer(__name__)
 _APPEND_STREAM_METHOD = f"/{SERVICE_NAME}/AppendStream"
+_STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 _CODES: dict[type[EventsError], grpc.StatusCode] = {
     NotFound: grpc.StatusCode.NOT_FOUND,
@@ -108,6 +110,16 @@ class EventServiceServicer:
         caller = await _tenant(context, "")
 
         async def answer(call: events_pb2.AppendCall) -> events_pb2.AppendAnswer:
+            started = time.perf_counter()
+            answered = await append(call)
+            code = (
+                _STATUS_NAMES.get(answered.error.code, "UNKNOWN") if answered.error.code else "OK"
+            )
+            # One observation per batch, as a unary Append would give.
+            GRPC_SECONDS.labels(_APPEND_STREAM_METHOD, code).observe(time.perf_counter() - started)
+            return answered
+
+        async def append(call: events_pb2.AppendCall) -> events_pb2.AppendAnswer:
             request = call.request
             tenant = caller or request.tenant_id
             try:

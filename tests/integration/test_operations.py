@@ -69,10 +69,11 @@ def test_metrics_and_logs_describe_the_run(tmp_path: Path) -> None:
         appends = value(
             events,
             "shuttle_grpc_server_handling_seconds_count",
-            method="/shuttle.v1.EventService/Append",
+            method="/shuttle.v1.EventService/AppendStream",
             code="OK",
         )
-        # The executor batches its events: every Append carries at least one of them.
+        # The executor batches its events over its AppendStream call, each batch observed
+        # alone: every batch carries at least one of them.
         assert 1 <= appends <= len(frames)
         assert value(events, "shuttle_events_appended_total", type="TOOL_INVOKED") == 1
         assert value(events, "shuttle_events_appended_total", type="STREAM_END") == 1
