@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from tests.support.models import arithmetic_model
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.scripted_openai import ScriptedOpenAI
-from tests.support.sse import read_stream
+from tests.support.sse import Frame, read_stream
 from tests.support.stack import start_stack
 
 pytestmark = pytest.mark.integration
@@ -24,18 +25,19 @@ SERVICES = {
 }
 
 
-def test_one_task_is_one_trace_across_every_service(tmp_path: Path) -> None:
-    receiver = OtlpReceiver().start()
+def exporting_to(receiver: OtlpReceiver) -> dict[str, str]:
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+    }
+
+
+def one_task(tmp_path: Path, **stack_options: Any) -> list[Frame]:
+    """A one-tool task through the five processes: its SSE frames. Every process is stopped
+    cleanly before this returns, which flushes their spans."""
     model = ScriptedOpenAI(handler=arithmetic_model).start()
-    stack = start_stack(
-        tmp_path,
-        model.base_url,
-        extra_env={
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_BSP_SCHEDULE_DELAY": "50",
-        },
-    )
+    stack = start_stack(tmp_path, model.base_url, **stack_options)
     try:
         created = httpx.post(
             f"{stack.gateway}/api/v1/tasks", json={"query": "What is 12*7?"}, timeout=30
@@ -44,9 +46,17 @@ def test_one_task_is_one_trace_across_every_service(tmp_path: Path) -> None:
             stack.gateway, f"/api/v1/stream/sse?workflow_id={created['workflow_id']}"
         )
         assert status == 200 and frames[-1].event == "STREAM_END"
+        return frames
     finally:
-        stack.stop()  # a clean stop flushes every process's spans
+        stack.stop()
         model.stop()
+
+
+def test_one_task_is_one_trace_across_every_service(tmp_path: Path) -> None:
+    receiver = OtlpReceiver().start()
+    try:
+        frames = one_task(tmp_path, extra_env=exporting_to(receiver))
+    finally:
         receiver.stop()
 
     roots = [s for s in receiver.spans if s.name == "POST /api/v1/tasks"]
@@ -81,28 +91,10 @@ def test_services_that_export_keep_their_spans_under_callers_that_do_not(
     # Export turned on for the executor and the events service only: the gateway's call
     # arrives unsampled, and the spans behind it must still reach the receiver as one trace.
     receiver = OtlpReceiver().start()
-    model = ScriptedOpenAI(handler=arithmetic_model).start()
-    exporting = {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-        "OTEL_TRACES_EXPORTER": "otlp",
-        "OTEL_BSP_SCHEDULE_DELAY": "50",
-    }
-    stack = start_stack(
-        tmp_path,
-        model.base_url,
-        process_env={"executor": exporting, "events": exporting},
-    )
+    exporting = exporting_to(receiver)
     try:
-        created = httpx.post(
-            f"{stack.gateway}/api/v1/tasks", json={"query": "What is 12*7?"}, timeout=30
-        ).json()
-        status, frames = read_stream(
-            stack.gateway, f"/api/v1/stream/sse?workflow_id={created['workflow_id']}"
-        )
-        assert status == 200 and frames[-1].event == "STREAM_END"
+        frames = one_task(tmp_path, process_env={"executor": exporting, "events": exporting})
     finally:
-        stack.stop()
-        model.stop()
         receiver.stop()
 
     (trace_id,) = {f.envelope["trace_id"] for f in frames}
