@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 
 from shuttle.telemetry import client_interceptors
@@ -28,3 +30,12 @@ TENANT_METADATA_KEY = "x-shuttle-tenant"
 def tenant_metadata(tenant_id: str) -> tuple[tuple[str, str], ...]:
     """Call metadata carrying `tenant_id`."""
     return ((TENANT_METADATA_KEY, tenant_id),)
+
+
+def dropped_by_grpc() -> bool:
+    """Called on a CancelledError out of a call whose requests are a stream: whether gRPC
+    dropped the call rather than someone cancelling this task. grpc.aio cancels such a call
+    itself when it cannot send the requests (seen with the server gone), and the reader then
+    gets CancelledError, not an AioRpcError."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() == 0

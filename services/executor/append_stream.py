@@ -2,10 +2,16 @@
 
 A unary Append costs the events service about twice the CPU of one message on a stream
 (gRPC's per-call setup and the interceptors), and every run appends a dozen times or more.
-Batches are matched to their answers by id; a broken call fails the batches in flight as
-unavailable, which the emitter resends under the same batch number (the events service
-answers a repeat with the first seqs), and the next batch opens a new call. Against an
-events service without AppendStream, the sink keeps to unary Appends.
+Batches are matched to their answers by id. A batch the events service refuses comes back
+with its own error; a broken call fails the batches in flight as unavailable, which the
+emitter resends under the same batch number (the events service answers a repeat with the
+first seqs), and the next batch opens a new call.
+
+Whether the events service has the RPC is asked with a call that sends nothing: a call that
+sends batches to a service without it may fail with INTERNAL rather than UNIMPLEMENTED (a race
+in gRPC between the client's writes and the server's refusal). It is asked before the first
+call and again after a broken one or a failed unary Append (the service may have been
+replaced by another release); without it, the sinks append call by call.
 """
 
 from __future__ import annotations
@@ -18,18 +24,17 @@ from collections.abc import AsyncIterator
 import grpc
 from opentelemetry.propagate import inject
 
+from shuttle.grpc_client import dropped_by_grpc
 from shuttle.v1 import events_pb2, events_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+ASK_TIMEOUT_SECONDS = 10.0
+
 
 class AppendStreamBroken(Exception):
-    """The call ended before the batch was answered: its status code and details."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(f"{code.name}: {details}")
-        self.code = code
-        self.details = details
+    """The call ended before the batch was answered, or the answer did not come in time:
+    whether the batch was stored is unknown, so it is resent."""
 
 
 class AppendStreamUnsupported(Exception):
@@ -42,7 +47,9 @@ class AppendStream:
     def __init__(self, stub: events_pb2_grpc.EventServiceAsyncStub) -> None:
         self._stub = stub
         self.supported = True
-        """False once the events service answered UNIMPLEMENTED."""
+        """What the events service last answered (True until asked)."""
+        self._asked = False
+        self._asking: asyncio.Task[None] | None = None
         self._outbox: asyncio.Queue[events_pb2.AppendCall | None] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._waiting: dict[int, asyncio.Future[events_pb2.AppendAnswer]] = {}
@@ -51,9 +58,10 @@ class AppendStream:
     async def append(
         self, request: events_pb2.AppendRequest, timeout_seconds: float
     ) -> events_pb2.AppendAnswer:
-        """The batch's answer (seqs, or the error that refused it). Raises AppendStreamBroken
-        when the call failed or the answer did not come in time, AppendStreamUnsupported
-        when the events service lacks the RPC."""
+        """The batch's answer: its seqs, or the error that refused it. Raises
+        AppendStreamBroken (resend) or AppendStreamUnsupported (use Append)."""
+        if not self._asked:
+            await self._ask()
         if not self.supported:
             raise AppendStreamUnsupported()
         outbox = self._outbox if self._outbox is not None else self._open()
@@ -71,11 +79,13 @@ class AppendStream:
         try:
             return await asyncio.wait_for(answer, timeout_seconds)
         except TimeoutError:
-            raise AppendStreamBroken(
-                grpc.StatusCode.DEADLINE_EXCEEDED, "no answer to the batch in time"
-            ) from None
+            raise AppendStreamBroken("DEADLINE_EXCEEDED: no answer to the batch in time") from None
         finally:
             self._waiting.pop(call_id, None)
+
+    def reconsider(self) -> None:
+        """The events service may have changed (an Append to it failed): ask again."""
+        self._asked = False
 
     async def close(self) -> None:
         reader, self._reader = self._reader, None
@@ -83,6 +93,44 @@ class AppendStream:
         if reader is not None:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+
+    async def _ask(self) -> None:
+        # One question for every sink that needs the answer meanwhile.
+        if self._asking is None:
+            self._asking = asyncio.create_task(self._question(), context=contextvars.Context())
+            self._asking.add_done_callback(_retrieve)  # its askers may all have left
+        asking = self._asking
+        try:
+            await asyncio.shield(asking)
+        finally:
+            if asking.done() and self._asking is asking:
+                self._asking = None
+
+    async def _question(self) -> None:
+        call = self._stub.AppendStream(_nothing(), timeout=ASK_TIMEOUT_SECONDS)
+        try:
+            async for _ in call:
+                pass
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise AppendStreamBroken(f"{exc.code().name}: {exc.details()}") from exc
+            self._learn(supported=False)
+        except asyncio.CancelledError:
+            if not dropped_by_grpc():
+                raise
+            raise AppendStreamBroken("CANCELLED: the events service is out of reach") from None
+        else:
+            self._learn(supported=True)
+        finally:
+            call.cancel()
+
+    def _learn(self, *, supported: bool) -> None:
+        if self.supported and not supported:
+            log.warning("the events service has no AppendStream; appending call by call")
+        elif supported and not self.supported:
+            log.info("the events service has AppendStream again: one call for all runs")
+        self.supported = supported
+        self._asked = True
 
     def _open(self) -> asyncio.Queue[events_pb2.AppendCall | None]:
         outbox: asyncio.Queue[events_pb2.AppendCall | None] = asyncio.Queue()
@@ -95,27 +143,36 @@ class AppendStream:
 
     async def _read(self, outbox: asyncio.Queue[events_pb2.AppendCall | None]) -> None:
         call = self._stub.AppendStream(_drain(outbox))
-        failure = AppendStreamBroken(grpc.StatusCode.UNAVAILABLE, "the events service ended")
+        failure = AppendStreamBroken("UNAVAILABLE: the events service ended the call")
         try:
             async for answer in call:
                 waiting = self._waiting.get(answer.id)
                 if waiting is not None and not waiting.done():
                     waiting.set_result(answer)
         except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                log.warning("the events service has no AppendStream; appending call by call")
-                self.supported = False
-            failure = AppendStreamBroken(exc.code(), str(exc.details()))
+            failure = AppendStreamBroken(f"{exc.code().name}: {exc.details()}")
+        except asyncio.CancelledError:
+            if not dropped_by_grpc():
+                raise
+            failure = AppendStreamBroken("CANCELLED: the events service is out of reach")
         finally:
             call.cancel()
             if self._outbox is outbox:
                 self._outbox = None
+            self._asked = False  # whatever broke the call may have replaced the service
             for waiting in self._waiting.values():
                 if not waiting.done():
-                    if self.supported:
-                        waiting.set_exception(failure)
-                    else:
-                        waiting.set_exception(AppendStreamUnsupported())
+                    waiting.set_exception(failure)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def _nothing() -> AsyncIterator[events_pb2.AppendCall]:
+    return
+    yield
 
 
 async def _drain(

@@ -98,11 +98,11 @@ class GrpcEventSink:
             producer_id=self._producer_id,
             batch_seq=batch_seq,
         )
-        if self._stream is not None and self._stream.supported:
+        if self._stream is not None:
             try:
                 answer = await self._stream.append(request, APPEND_TIMEOUT_SECONDS)
             except AppendStreamBroken as broken:
-                raise _append_failure(broken.code, broken.details) from broken
+                raise SinkUnavailable(str(broken)) from broken
             except AppendStreamUnsupported:
                 pass  # never sent: the events service predates AppendStream
             else:
@@ -115,7 +115,10 @@ class GrpcEventSink:
                 request, timeout=APPEND_TIMEOUT_SECONDS, metadata=tenant_metadata(self._tenant_id)
             )
         except grpc.aio.AioRpcError as exc:
-            raise _append_failure(exc.code(), str(exc.details())) from exc
+            failure = _append_failure(exc.code(), str(exc.details()))
+            if self._stream is not None and isinstance(failure, SinkUnavailable):
+                self._stream.reconsider()  # a restarted events service may be a newer one
+            raise failure from exc
         return list(response.seqs)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -21,7 +22,7 @@ from services.executor.follower import (
 )
 from services.executor.grpc_clients import RETRYABLE_CODES
 from shuttle.envelope import type_value
-from shuttle.grpc_client import tenant_metadata
+from shuttle.grpc_client import dropped_by_grpc, tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 _CONTROL_TYPES = ("WORKFLOW_PAUSING", "WORKFLOW_PAUSED", "WORKFLOW_RESUMED", "WORKFLOW_CANCELLING")
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 
 _ASK_TIMEOUT_SECONDS = 10.0
+_OUT_OF_REACH = "CANCELLED: the events service is out of reach"
 
 
 class GrpcCommandSource:
@@ -79,6 +81,10 @@ class GrpcCommandSource:
             if exc.code() in RETRYABLE_CODES or exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                 raise CommandSourceUnavailable(f"{exc.code().name}: {exc.details()}") from exc
             raise
+        except asyncio.CancelledError:
+            if not dropped_by_grpc():
+                raise
+            raise CommandSourceUnavailable(_OUT_OF_REACH) from None
         finally:
             call.cancel()
 
@@ -104,6 +110,10 @@ class GrpcCommandSource:
             if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                 raise CommandSourceUnavailable(f"{exc.code().name}: {exc.details()}") from exc
             self._learn(has_follow=False)
+        except asyncio.CancelledError:
+            if not dropped_by_grpc():
+                raise
+            raise CommandSourceUnavailable(_OUT_OF_REACH) from None
         else:
             self._learn(has_follow=True)
         finally:

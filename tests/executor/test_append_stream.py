@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from services.executor.append_stream import AppendStream
+from services.executor.emitter import EventEmitter
 from services.executor.grpc_clients import GrpcEventSink, GrpcWorkflowRegistry
+from services.executor.ports import EventDraft
 from services.executor.runs import RunManager, RunRequest
 from shuttle.grpc_client import open_channel
 from shuttle.llm.openai_model import OpenAIModel
@@ -18,6 +20,7 @@ from shuttle.settings import Settings
 from shuttle.v1 import events_pb2, events_pb2_grpc
 from tests.executor.conftest import TENANT, Backends, agent_defaults, as_dict, types_of
 from tests.executor.events_release import EventsRelease
+from tests.support.holding_model import until
 from tests.support.scripted_openai import ScriptedOpenAI, text
 
 RUNS = 3
@@ -105,3 +108,47 @@ async def test_against_an_events_service_without_it_runs_append_call_by_call(
         await appends.close()
         await channel.close()
         await older.stop()
+
+
+async def test_after_an_outage_an_upgraded_events_service_gets_the_batches_over_the_stream(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(data_dir=tmp_path, database_url="")
+    older = EventsRelease(settings, omit=OLDER)
+    port = await older.start()
+    upgraded = EventsRelease(settings)
+    channel = open_channel(f"127.0.0.1:{port}")
+    events = events_pb2_grpc.EventServiceStub(channel)
+    appends = AppendStream(events)
+    try:
+        created = await events.CreateWorkflow(
+            events_pb2.CreateWorkflowRequest(tenant_id=TENANT, query="q")
+        )
+        emitter = EventEmitter(GrpcEventSink(events, created.workflow_id, TENANT, appends))
+        await emitter.emit(EventDraft("PROGRESS", "before"))
+        await emitter.flush()
+        assert (older.calls["AppendStream"], older.calls["Append"]) == (1, 1)
+
+        await older.stop()
+        with caplog.at_level(logging.WARNING, logger="services.executor.emitter"):
+            await emitter.emit(EventDraft("PROGRESS", "during the upgrade"))
+            await until(
+                lambda: any("resending" in r.message for r in caplog.records),
+                "the batch meets the outage",
+            )
+        await upgraded.start(port)
+        await emitter.flush()
+        assert upgraded.calls["Append"] == 0 and upgraded.calls["AppendStream"] == 2  # ask, call
+        request = events_pb2.StreamRequest(workflow_id=created.workflow_id, tenant_id=TENANT)
+        await emitter.emit(EventDraft("STREAM_END", "end"))
+        await emitter.flush()
+        logged = [as_dict(e) async for e in events.Stream(request)]
+        assert [(e["seq"], e["message"]) for e in logged] == [
+            (1, "before"),
+            (2, "during the upgrade"),
+            (3, "end"),
+        ]
+    finally:
+        await appends.close()
+        await channel.close()
+        await upgraded.stop()
