@@ -89,7 +89,10 @@ class EventServiceServicer:
         context: grpc.aio.ServicerContext[events_pb2.AppendRequest, events_pb2.AppendResponse],
     ) -> events_pb2.AppendResponse:
         tenant = await _tenant(context, request.tenant_id)
-        batch = [new_event(draft) for draft in request.events]
+        try:
+            batch = [new_event(draft) for draft in request.events]
+        except InvalidArgument as exc:
+            await _abort(context, exc)
         seqs = await _call(
             context,
             self._log.append(
@@ -120,6 +123,7 @@ class EventServiceServicer:
             return answered
 
         async def append(call: events_pb2.AppendCall) -> events_pb2.AppendAnswer:
+            """The batch's answer; a failure of one batch never ends the call."""
             request = call.request
             tenant = caller or request.tenant_id
             try:
@@ -133,7 +137,7 @@ class EventServiceServicer:
                         producer_id=request.producer_id,
                         batch_seq=request.batch_seq,
                     )
-            except (EventsError, SQLAlchemyError, OSError) as exc:
+            except Exception as exc:
                 code, details = _status(exc, "append")
                 error = events_pb2.AppendError(code=code.value[0], message=details)
                 return events_pb2.AppendAnswer(id=call.id, error=error)

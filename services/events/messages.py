@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC
+from datetime import UTC, datetime
 
 from shuttle.envelope import type_name
 from shuttle.telemetry import current_trace_id
 from shuttle.v1 import common_pb2, events_pb2
 
+from .errors import InvalidArgument
 from .records import NewEvent, WorkflowRecord, WorkflowStatus
 from .wire import timestamp
 
@@ -20,11 +21,18 @@ def new_event(draft: common_pb2.EventDraft) -> NewEvent:
         agent_id=draft.agent_id,
         message=draft.message,
         payload_json=draft.payload_json,
-        timestamp=draft.timestamp.ToDatetime(tzinfo=UTC) if draft.HasField("timestamp") else None,
+        timestamp=_timestamp(draft) if draft.HasField("timestamp") else None,
         # The append's own span continues the producer's trace, so an event the producer did
         # not stamp still names the trace it belongs to.
         trace_id=draft.trace_id or current_trace_id(),
     )
+
+
+def _timestamp(draft: common_pb2.EventDraft) -> datetime:
+    try:
+        return draft.timestamp.ToDatetime(tzinfo=UTC)
+    except ValueError as exc:  # seconds outside years 1 to 9999
+        raise InvalidArgument(f"an event's timestamp is out of range: {exc}") from None
 
 
 def workflow_message(record: WorkflowRecord) -> events_pb2.Workflow:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 AppendCall = grpc.aio.StreamStreamCall[events_pb2.AppendCall, events_pb2.AppendAnswer]
 TRACE_ID = "ab" * 16
+LATE = common_pb2.EventDraft(type=draft("PROGRESS").type, timestamp=Timestamp(seconds=10**12))
 
 
 class Appender:
@@ -117,6 +119,7 @@ async def test_a_refused_batch_is_answered_with_its_error_and_the_call_goes_on(
         appender.send("wf-1", tenant="t2"): grpc.StatusCode.NOT_FOUND,  # not t2's to append to
         appender.send("wf-1", tenant=""): grpc.StatusCode.INVALID_ARGUMENT,
         appender.send("wf-1", common_pb2.EventDraft()): grpc.StatusCode.INVALID_ARGUMENT,
+        appender.send("wf-1", LATE): grpc.StatusCode.INVALID_ARGUMENT,
         appender.send("wf-closed"): grpc.StatusCode.FAILED_PRECONDITION,
     }
     answers = await appender.answers(len(refused))

@@ -133,6 +133,17 @@ async def test_events_carry_the_envelope(stub: Stub) -> None:
     assert (second.stream_id, second.payload_json) == ("2-0", "{}")
 
 
+async def test_a_timestamp_out_of_range_is_an_invalid_argument(stub: Stub) -> None:
+    await create(stub)
+    late = common_pb2.EventDraft(
+        type=common_pb2.EVENT_TYPE_PROGRESS, timestamp=Timestamp(seconds=10**12)
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await append(stub, late)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "timestamp is out of range" in str(refused.value.details())
+
+
 async def test_late_subscriber_replays_then_follows_live(stub: Stub) -> None:
     await create(stub)
     await append(stub, draft("WORKFLOW_STARTED"), draft("THREAD_MESSAGE_DELTA", {"delta": "8"}))
