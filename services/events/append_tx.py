@@ -19,7 +19,6 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     RowMapping,
-    Select,
     Update,
     bindparam,
     case,
@@ -236,14 +235,15 @@ def _unbumped_answer(conn: Connection, request: AppendRequest) -> Appended:
 
 def workflow_row(conn: Connection, workflow_id: str, tenant_id: str) -> RowMapping:
     """The workflow's row; NotFound when missing or owned by another tenant."""
-    query = _workflow_query(workflow_id, tenant_id)
-    return _found(conn.execute(query).mappings().one_or_none(), workflow_id)
+    found = conn.execute(_WORKFLOW, {"b_id": workflow_id, "b_tenant": tenant_id})
+    return _found(found.mappings().one_or_none(), workflow_id)
 
 
-def _workflow_query(workflow_id: str, tenant_id: str) -> Select[Any]:
-    return select(workflows).where(
-        workflows.c.id == workflow_id, workflows.c.tenant_id == tenant_id
-    )
+# Built once: every stream, lookup and lease renewal reads the row, and composing the
+# statement cost more CPU than running it.
+_WORKFLOW = select(workflows).where(
+    workflows.c.id == bindparam("b_id"), workflows.c.tenant_id == bindparam("b_tenant")
+)
 
 
 def _found(row: RowMapping | None, workflow_id: str) -> RowMapping:
