@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from sqlalchemy import Connection, Engine, Select, delete, insert, select
+from sqlalchemy import Connection, Engine, Integer, Select, bindparam, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -255,17 +255,21 @@ class SqlEventStore:
     ) -> list[StoredEvent]:
         """Durable events with ``from_seq <= seq <= to_seq`` (of `types`, when given), oldest
         first, at most `limit`; NotFound when the workflow is not this tenant's."""
-        query = (
-            select(events)
-            .where(events.c.workflow_id == workflow_id, events.c.seq >= from_seq)
-            .order_by(events.c.seq)
-            .limit(limit)
-        )
-        if to_seq is not None:
-            query = query.where(events.c.seq <= to_seq)
+        query = _EVENTS_FROM if to_seq is None else _EVENTS_BETWEEN
         if types:
             query = query.where(events.c.type.in_(sorted(types)))
-        return await self.read(_tenants_events, workflow_id, tenant_id, query)
+        bounds = {"b_workflow": workflow_id, "b_from": from_seq, "b_to": to_seq, "b_limit": limit}
+        return await self.read(_tenants_events, workflow_id, tenant_id, query, bounds)
+
+
+# Built once, as every reader's replay runs them (see append_tx._WORKFLOW).
+_EVENTS_FROM = (
+    select(events)
+    .where(events.c.workflow_id == bindparam("b_workflow"), events.c.seq >= bindparam("b_from"))
+    .order_by(events.c.seq)
+    .limit(bindparam("b_limit", type_=Integer))
+)
+_EVENTS_BETWEEN = _EVENTS_FROM.where(events.c.seq <= bindparam("b_to"))
 
 
 def _workflow(conn: Connection, workflow_id: str, tenant_id: str) -> WorkflowRecord:
@@ -273,10 +277,14 @@ def _workflow(conn: Connection, workflow_id: str, tenant_id: str) -> WorkflowRec
 
 
 def _tenants_events(
-    conn: Connection, workflow_id: str, tenant_id: str, query: Select[Any]
+    conn: Connection,
+    workflow_id: str,
+    tenant_id: str,
+    query: Select[Any],
+    bounds: dict[str, Any],
 ) -> list[StoredEvent]:
     workflow_row(conn, workflow_id, tenant_id)  # tenancy: NotFound if not theirs
-    return [stored_event(row) for row in conn.execute(query).mappings()]
+    return [stored_event(row) for row in conn.execute(query, bounds).mappings()]
 
 
 def _full_results(conn: Connection, query: Select[Any]) -> dict[int, str]:
