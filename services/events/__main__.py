@@ -63,7 +63,7 @@ async def build(settings: Settings) -> GrpcService:
     leases = LeaseStore(engine, writes=store)
     servicer = EventServiceServicer(event_log, leases)
     retention = RetentionTask(
-        engine, settings.events_retention_days, settings.events_purge_interval_seconds
+        store, settings.events_retention_days, settings.events_purge_interval_seconds
     )
     retention.start()
     sweeper = LeaseSweeper(leases, event_log, settings.events_lease_sweep_seconds)

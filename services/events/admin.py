@@ -16,7 +16,7 @@ from shuttle.settings import SettingsError, load_settings
 
 from .migrate import current_revision, migrate
 from .retention import purge
-from .store import utc_now
+from .store import SqlEventStore, utc_now
 
 
 async def _migrate(url: str) -> str:
@@ -33,9 +33,11 @@ async def _migrate(url: str) -> str:
 
 async def _purge(url: str, days: float) -> str:
     engine = create_engine(url)
+    store = SqlEventStore(engine)
     try:
-        report = await purge(engine, utc_now() - timedelta(days=days))
+        report = await purge(store, utc_now() - timedelta(days=days))
     finally:
+        await store.close()
         await engine.dispose()
     return (
         f"purged {report.workflows} workflows ({report.events} events) idle since before "

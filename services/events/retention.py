@@ -10,12 +10,11 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Connection, delete, select
 
 from .models import appends, events, tool_results, workflows
 from .periodic import Periodic
-from .store import Clock, utc_now
+from .store import Clock, WriteTransactions, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -27,16 +26,21 @@ class PurgeReport:
     events: int
 
 
-async def purge(engine: AsyncEngine, older_than: datetime) -> PurgeReport:
-    """Delete every workflow whose last activity is before `older_than`, in one transaction."""
+async def purge(writes: WriteTransactions, older_than: datetime) -> PurgeReport:
+    """Delete every workflow whose last activity is before `older_than`, in one transaction
+    (queued with the log's other writes: see SqlEventStore.write)."""
+    workflows_purged, events_purged = await writes.write(_purge, older_than)
+    return PurgeReport(older_than, workflows_purged, events_purged)
+
+
+def _purge(conn: Connection, older_than: datetime) -> tuple[int, int]:
     stale = select(workflows.c.id).where(workflows.c.updated_at < older_than)
-    async with engine.begin() as conn:
-        # Children first, explicitly: SQLite only cascades with foreign keys switched on.
-        for table in (tool_results, appends):
-            await conn.execute(delete(table).where(table.c.workflow_id.in_(stale)))
-        purged_events = await conn.execute(delete(events).where(events.c.workflow_id.in_(stale)))
-        purged = await conn.execute(delete(workflows).where(workflows.c.updated_at < older_than))
-    return PurgeReport(older_than, purged.rowcount or 0, purged_events.rowcount or 0)
+    # Children first, explicitly: SQLite only cascades with foreign keys switched on.
+    for table in (tool_results, appends):
+        conn.execute(delete(table).where(table.c.workflow_id.in_(stale)))
+    purged_events = conn.execute(delete(events).where(events.c.workflow_id.in_(stale)))
+    purged = conn.execute(delete(workflows).where(workflows.c.updated_at < older_than))
+    return purged.rowcount or 0, purged_events.rowcount or 0
 
 
 class RetentionTask:
@@ -44,12 +48,12 @@ class RetentionTask:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        writes: WriteTransactions,
         retention_days: float,
         interval_seconds: float,
         clock: Clock = utc_now,
     ) -> None:
-        self._engine = engine
+        self._writes = writes
         self._retention = timedelta(days=retention_days)
         self._clock = clock
         self._periodic = Periodic("retention purge", self.run_once, interval_seconds)
@@ -61,7 +65,7 @@ class RetentionTask:
         await self._periodic.stop()
 
     async def run_once(self) -> PurgeReport:
-        report = await purge(self._engine, self._clock() - self._retention)
+        report = await purge(self._writes, self._clock() - self._retention)
         if report.workflows:
             log.info(
                 "purged old workflows",

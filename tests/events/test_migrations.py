@@ -62,7 +62,8 @@ async def test_purge_removes_whole_workflows_idle_past_retention(engine: AsyncEn
             producer_id="p",
             batch_seq=1,
         )
-    task = RetentionTask(engine, retention_days=90, interval_seconds=3600, clock=lambda: now)
+    purger = SqlEventStore(engine)
+    task = RetentionTask(purger, retention_days=90, interval_seconds=3600, clock=lambda: now)
     report = await task.run_once()
     assert (report.workflows, report.events) == (1, 3)
     for table in (events, appends, tool_results):
@@ -71,7 +72,8 @@ async def test_purge_removes_whole_workflows_idle_past_retention(engine: AsyncEn
     async with engine.connect() as conn:
         left = (await conn.execute(select(workflows.c.id))).scalars().all()
     assert left == ["wf-new"]
-    assert (await purge(engine, now - timedelta(days=90))).workflows == 0
+    assert (await purge(purger, now - timedelta(days=90))).workflows == 0
+    await purger.close()
 
 
 async def run_admin(env: dict[str, str], *args: str) -> tuple[int, str]:
