@@ -11,6 +11,10 @@ from collections.abc import Sequence
 
 from services.executor.ports import ToolDefinition, ToolHost, ToolInvocation, ToolOutcome
 
+# How long a run's opening events wait for its catalog: a listing takes milliseconds, and a
+# tools service that hangs must not keep a run from showing it has started.
+SETTLE_MAX_SECONDS = 1.0
+
 
 class PrefetchedCatalog:
     """A ToolHost for one run whose first listing for the run's tenant is the one started
@@ -28,10 +32,11 @@ class PrefetchedCatalog:
 
     async def settled(self) -> None:
         """Wait until the listing has answered, whatever the answer (it is raised, if an
-        error, to whoever lists the tools): the run's opening events then go in one Append
-        rather than WORKFLOW_STARTED alone while the agent waits for its catalog."""
+        error, to whoever lists the tools), for up to SETTLE_MAX_SECONDS: the run's opening
+        events then go in one Append rather than WORKFLOW_STARTED alone while the agent waits
+        for its catalog."""
         if self._listing is not None:
-            await asyncio.wait({self._listing})
+            await asyncio.wait({self._listing}, timeout=SETTLE_MAX_SECONDS)
 
     async def list_tools(self, tenant_id: str) -> Sequence[ToolDefinition]:
         listing, self._listing = self._listing, None

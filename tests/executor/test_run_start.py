@@ -14,6 +14,7 @@ from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import tools_pb2_grpc
 from tests.executor.conftest import (
     EVENT_WAIT_SECONDS,
+    TENANT,
     Backends,
     agent_defaults,
     first,
@@ -131,3 +132,43 @@ async def test_a_catalog_that_cannot_be_listed_fails_the_run_as_before(
     failure = first(events, "ERROR_OCCURRED")["payload"]
     assert failure["fatal"] is True and failure["error_type"] == "INTERNAL"
     assert model.requests == []
+
+
+class HeldListing:
+    """The real tool host, whose listings wait until the test lets them through."""
+
+    def __init__(self, inner: GrpcToolHost) -> None:
+        self._inner = inner
+        self.release = asyncio.Event()
+
+    async def list_tools(self, tenant_id: str) -> Sequence[ToolDefinition]:
+        await self.release.wait()
+        return await self._inner.list_tools(tenant_id)
+
+    async def execute(self, call: ToolInvocation) -> ToolOutcome:
+        return await self._inner.execute(call)
+
+
+async def test_a_hanging_catalog_does_not_hold_back_the_start_of_the_run(
+    backends: Backends, model: ScriptedOpenAI
+) -> None:
+    model.script(text("Nothing to compute."), text("Nothing to compute."))
+    tools = HeldListing(backends.tools)
+    runs = RunManager(
+        registry=GrpcWorkflowRegistry(backends.events),
+        sinks=lambda wf, tenant: GrpcEventSink(backends.events, wf, tenant),
+        tools=tools,
+        llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
+        settings=agent_defaults(),
+    )
+    workflow_id = await runs.start(RunRequest(query="Say hello", tenant_id=TENANT))
+
+    started = await backends.first_event(workflow_id, lambda e: e["type"] == "WORKFLOW_STARTED")
+    assert started["seq"] == 1
+    assert model.requests == []  # the agent still waits for its catalog
+    tools.release.set()
+    assert types_of(await backends.read_log(workflow_id))[-2:] == [
+        "WORKFLOW_COMPLETED",
+        "STREAM_END",
+    ]
+    await runs.shutdown(1)
