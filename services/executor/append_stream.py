@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 import grpc
 from opentelemetry.propagate import inject
 
-from shuttle.grpc_client import dropped_by_grpc
+from shuttle.grpc_client import NoAnswer, dropped_by_grpc, implements
 from shuttle.v1 import events_pb2, events_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -107,22 +107,11 @@ class AppendStream:
                 self._asking = None
 
     async def _question(self) -> None:
-        call = self._stub.AppendStream(_nothing(), timeout=ASK_TIMEOUT_SECONDS)
         try:
-            async for _ in call:
-                pass
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-                raise AppendStreamBroken(f"{exc.code().name}: {exc.details()}") from exc
-            self._learn(supported=False)
-        except asyncio.CancelledError:
-            if not dropped_by_grpc():
-                raise
-            raise AppendStreamBroken("CANCELLED: the events service is out of reach") from None
-        else:
-            self._learn(supported=True)
-        finally:
-            call.cancel()
+            supported = await implements(self._stub.AppendStream, ASK_TIMEOUT_SECONDS)
+        except NoAnswer as exc:
+            raise AppendStreamBroken(str(exc)) from exc
+        self._learn(supported=supported)
 
     def _learn(self, *, supported: bool) -> None:
         if self.supported and not supported:
@@ -168,11 +157,6 @@ class AppendStream:
 def _retrieve(task: asyncio.Task[None]) -> None:
     if not task.cancelled():
         task.exception()
-
-
-async def _nothing() -> AsyncIterator[events_pb2.AppendCall]:
-    return
-    yield
 
 
 async def _drain(

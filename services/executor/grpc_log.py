@@ -22,7 +22,7 @@ from services.executor.follower import (
 )
 from services.executor.grpc_clients import RETRYABLE_CODES
 from shuttle.envelope import type_value
-from shuttle.grpc_client import dropped_by_grpc, tenant_metadata
+from shuttle.grpc_client import NoAnswer, dropped_by_grpc, implements, tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 _CONTROL_TYPES = ("WORKFLOW_PAUSING", "WORKFLOW_PAUSED", "WORKFLOW_RESUMED", "WORKFLOW_CANCELLING")
@@ -102,22 +102,11 @@ class GrpcCommandSource:
     async def _ask(self) -> None:
         """Learn whether the events service implements FollowCommands; raises
         CommandSourceUnavailable when it gives no answer."""
-        call = self._stub.FollowCommands(_no_watches(), timeout=_ASK_TIMEOUT_SECONDS)
         try:
-            async for _ in call:
-                pass
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-                raise CommandSourceUnavailable(f"{exc.code().name}: {exc.details()}") from exc
-            self._learn(has_follow=False)
-        except asyncio.CancelledError:
-            if not dropped_by_grpc():
-                raise
-            raise CommandSourceUnavailable(_OUT_OF_REACH) from None
-        else:
-            self._learn(has_follow=True)
-        finally:
-            call.cancel()
+            has_follow = await implements(self._stub.FollowCommands, _ASK_TIMEOUT_SECONDS)
+        except NoAnswer as exc:
+            raise CommandSourceUnavailable(str(exc)) from exc
+        self._learn(has_follow=has_follow)
 
     def _learn(self, *, has_follow: bool) -> None:
         if not has_follow and self._has_follow is not False:
@@ -129,11 +118,6 @@ class GrpcCommandSource:
             log.info("the events service implements FollowCommands: one stream for all runs")
         self._has_follow = has_follow
         self._stale = False
-
-
-async def _no_watches() -> AsyncIterator[events_pb2.CommandWatch]:
-    return
-    yield
 
 
 async def _watch_messages(
