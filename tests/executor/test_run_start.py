@@ -24,14 +24,18 @@ from tests.support.scripted_openai import ScriptedOpenAI, text
 
 
 class ListingSeen:
-    """The real tool host, noting when the catalog is first asked for."""
+    """The real tool host, noting when the catalog is first asked for; its listings answer
+    once `release` is set (at once, unless the test clears it)."""
 
     def __init__(self, inner: GrpcToolHost) -> None:
         self._inner = inner
         self.listed = asyncio.Event()
+        self.release = asyncio.Event()
+        self.release.set()
 
     async def list_tools(self, tenant_id: str) -> Sequence[ToolDefinition]:
         self.listed.set()
+        await self.release.wait()
         return await self._inner.list_tools(tenant_id)
 
     async def execute(self, call: ToolInvocation) -> ToolOutcome:
@@ -134,26 +138,12 @@ async def test_a_catalog_that_cannot_be_listed_fails_the_run_as_before(
     assert model.requests == []
 
 
-class HeldListing:
-    """The real tool host, whose listings wait until the test lets them through."""
-
-    def __init__(self, inner: GrpcToolHost) -> None:
-        self._inner = inner
-        self.release = asyncio.Event()
-
-    async def list_tools(self, tenant_id: str) -> Sequence[ToolDefinition]:
-        await self.release.wait()
-        return await self._inner.list_tools(tenant_id)
-
-    async def execute(self, call: ToolInvocation) -> ToolOutcome:
-        return await self._inner.execute(call)
-
-
 async def test_a_hanging_catalog_does_not_hold_back_the_start_of_the_run(
     backends: Backends, model: ScriptedOpenAI
 ) -> None:
     model.script(text("Nothing to compute."), text("Nothing to compute."))
-    tools = HeldListing(backends.tools)
+    tools = ListingSeen(backends.tools)
+    tools.release.clear()  # the catalog hangs
     runs = RunManager(
         registry=GrpcWorkflowRegistry(backends.events),
         sinks=lambda wf, tenant: GrpcEventSink(backends.events, wf, tenant),
