@@ -34,6 +34,14 @@ def tenant_metadata(tenant_id: str) -> tuple[tuple[str, str], ...]:
     return ((TENANT_METADATA_KEY, tenant_id),)
 
 
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def status_code(number: int) -> grpc.StatusCode:
+    """The status code a number sent in a message stands for (UNKNOWN if gRPC has none)."""
+    return _STATUS_CODES.get(number, grpc.StatusCode.UNKNOWN)
+
+
 def dropped_by_grpc() -> bool:
     """Called on a CancelledError out of a call whose requests are a stream: whether gRPC
     dropped the call rather than someone cancelling this task. grpc.aio cancels such a call
@@ -47,9 +55,13 @@ class NoAnswer(Exception):
     """The server could not be asked (out of reach, or an error other than UNIMPLEMENTED)."""
 
 
+# A server that answers at all answers this at once.
+IMPLEMENTS_TIMEOUT_SECONDS = 10.0
+
+
 async def implements(
     open_call: Callable[[AsyncIterator[Any]], grpc.aio.StreamStreamCall[Any, Any]],
-    timeout_seconds: float,
+    timeout_seconds: float = IMPLEMENTS_TIMEOUT_SECONDS,
 ) -> bool:
     """Whether the server implements a bidirectional method, asked with a call that sends
     nothing: a call that sends requests to a server without the method may fail with

@@ -16,7 +16,7 @@ from opentelemetry.propagate import extract
 from opentelemetry.trace import Span, SpanKind
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
-from shuttle.grpc_client import TENANT_METADATA_KEY
+from shuttle.grpc_client import TENANT_METADATA_KEY, status_code
 from shuttle.metrics import APPEND_STREAMS, COMMAND_FEEDS, GRPC_SECONDS
 from shuttle.v1 import events_pb2
 
@@ -36,7 +36,6 @@ _T = TypeVar("_T")
 ServicerContext = grpc.aio.ServicerContext[Any, Any]
 _TRACER = trace.get_tracer(__name__)
 _APPEND_STREAM_METHOD = f"/{SERVICE_NAME}/AppendStream"
-_STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 _CODES: dict[type[EventsError], grpc.StatusCode] = {
     NotFound: grpc.StatusCode.NOT_FOUND,
@@ -115,9 +114,7 @@ class EventServiceServicer:
         async def answer(call: events_pb2.AppendCall) -> events_pb2.AppendAnswer:
             started = time.perf_counter()
             answered = await append(call)
-            code = (
-                _STATUS_NAMES.get(answered.error.code, "UNKNOWN") if answered.error.code else "OK"
-            )
+            code = status_code(answered.error.code).name  # no error: 0, OK
             # One observation per batch, as a unary Append would give.
             GRPC_SECONDS.labels(_APPEND_STREAM_METHOD, code).observe(time.perf_counter() - started)
             return answered
@@ -125,10 +122,8 @@ class EventServiceServicer:
         async def append(call: events_pb2.AppendCall) -> events_pb2.AppendAnswer:
             """The batch's answer; a failure of one batch never ends the call."""
             request = call.request
-            tenant = caller or request.tenant_id
             try:
-                if caller and request.tenant_id and request.tenant_id != caller:
-                    raise InvalidArgument(_tenant_mismatch(request.tenant_id, caller))
+                tenant = _agreed_tenant(caller, request.tenant_id)
                 with _batch_span(call):
                     seqs = await self._log.append(
                         request.workflow_id,
@@ -261,11 +256,12 @@ async def _read_watches(
             action = request.WhichOneof("action")
             if action == "watch":
                 watch = request.watch
-                if caller and watch.tenant_id and watch.tenant_id != caller:
-                    mismatch = InvalidArgument(_tenant_mismatch(watch.tenant_id, caller))
+                try:
+                    tenant = _agreed_tenant(caller, watch.tenant_id)
+                except InvalidArgument as mismatch:
                     watches.refuse(watch.workflow_id, mismatch)
                 else:
-                    watches.watch(watch.workflow_id, caller or watch.tenant_id, watch.from_seq)
+                    watches.watch(watch.workflow_id, tenant, watch.from_seq)
             elif action == "unwatch":
                 watches.unwatch(request.unwatch.workflow_id)
     finally:
@@ -308,18 +304,21 @@ async def _tenant(context: ServicerContext, field_value: str) -> str:
     for key, value in context.invocation_metadata() or ():
         if key == TENANT_METADATA_KEY:
             from_metadata = value if isinstance(value, str) else value.decode()
+    try:
+        return _agreed_tenant(from_metadata, field_value)
+    except InvalidArgument as mismatch:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(mismatch))
+        raise AssertionError("context.abort returned") from None
+
+
+def _agreed_tenant(from_metadata: str, field_value: str) -> str:
+    """The metadata's tenant, else the field's; InvalidArgument when both are set and differ."""
     if from_metadata and field_value and from_metadata != field_value:
-        await context.abort(
-            grpc.StatusCode.INVALID_ARGUMENT, _tenant_mismatch(field_value, from_metadata)
+        raise InvalidArgument(
+            f"tenant_id {field_value!r} differs from the {TENANT_METADATA_KEY} metadata "
+            f"{from_metadata!r}: send one tenant"
         )
     return from_metadata or field_value
-
-
-def _tenant_mismatch(field_value: str, from_metadata: str) -> str:
-    return (
-        f"tenant_id {field_value!r} differs from the {TENANT_METADATA_KEY} metadata "
-        f"{from_metadata!r}: send one tenant"
-    )
 
 
 def _batch_span(call: events_pb2.AppendCall) -> AbstractContextManager[Span]:

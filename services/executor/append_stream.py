@@ -29,8 +29,6 @@ from shuttle.v1 import events_pb2, events_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-ASK_TIMEOUT_SECONDS = 10.0
-
 
 class AppendStreamBroken(Exception):
     """The call ended before the batch was answered, or the answer did not come in time:
@@ -108,7 +106,7 @@ class AppendStream:
 
     async def _question(self) -> None:
         try:
-            supported = await implements(self._stub.AppendStream, ASK_TIMEOUT_SECONDS)
+            supported = await implements(self._stub.AppendStream)
         except NoAnswer as exc:
             raise AppendStreamBroken(str(exc)) from exc
         self._learn(supported=supported)

@@ -27,7 +27,7 @@ from services.executor.ports import (
 )
 from services.executor.runs import RunRequest
 from shuttle.envelope import type_value
-from shuttle.grpc_client import tenant_metadata
+from shuttle.grpc_client import status_code, tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc, tools_pb2, tools_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class GrpcEventSink:
                 pass  # never sent: the events service predates AppendStream
             else:
                 if answer.HasField("error"):
-                    code = _STATUS_CODES.get(answer.error.code, grpc.StatusCode.UNKNOWN)
+                    code = status_code(answer.error.code)
                     raise _append_failure(code, answer.error.message)
                 return list(answer.seqs)
         try:
@@ -124,9 +124,6 @@ class GrpcEventSink:
 
 class AppendRefused(Exception):
     """The events service refused a batch for good (a fault in the batch or the request)."""
-
-
-_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
 def _append_failure(code: grpc.StatusCode, details: str) -> Exception:

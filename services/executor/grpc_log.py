@@ -22,7 +22,13 @@ from services.executor.follower import (
 )
 from services.executor.grpc_clients import RETRYABLE_CODES
 from shuttle.envelope import type_value
-from shuttle.grpc_client import NoAnswer, dropped_by_grpc, implements, tenant_metadata
+from shuttle.grpc_client import (
+    NoAnswer,
+    dropped_by_grpc,
+    implements,
+    status_code,
+    tenant_metadata,
+)
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 _CONTROL_TYPES = ("WORKFLOW_PAUSING", "WORKFLOW_PAUSED", "WORKFLOW_RESUMED", "WORKFLOW_CANCELLING")
@@ -31,7 +37,6 @@ _PAGE = 1000
 log = logging.getLogger(__name__)
 
 
-_ASK_TIMEOUT_SECONDS = 10.0
 _OUT_OF_REACH = "CANCELLED: the events service is out of reach"
 
 
@@ -103,7 +108,7 @@ class GrpcCommandSource:
         """Learn whether the events service implements FollowCommands; raises
         CommandSourceUnavailable when it gives no answer."""
         try:
-            has_follow = await implements(self._stub.FollowCommands, _ASK_TIMEOUT_SECONDS)
+            has_follow = await implements(self._stub.FollowCommands)
         except NoAnswer as exc:
             raise CommandSourceUnavailable(str(exc)) from exc
         self._learn(has_follow=has_follow)
@@ -142,7 +147,7 @@ def _feed_item(message: events_pb2.CommandFeed) -> FeedItem:
     error = ""
     retryable = False
     if message.HasField("error"):
-        code = _STATUS_CODES.get(message.error.code, grpc.StatusCode.UNKNOWN)
+        code = status_code(message.error.code)
         error = f"{code.name}: {message.error.message}"
         retryable = code in RETRYABLE_CODES
     return FeedItem(
@@ -152,9 +157,6 @@ def _feed_item(message: events_pb2.CommandFeed) -> FeedItem:
         error=error,
         retryable=retryable,
     )
-
-
-_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
 class GrpcWorkflowLog:

@@ -65,6 +65,14 @@ def as_dict(e: Any) -> dict[str, Any]:
     }
 
 
+async def read_log(
+    events: events_pb2_grpc.EventServiceAsyncStub, workflow_id: str
+) -> list[dict[str, Any]]:
+    """The whole log of a TENANT workflow, to its STREAM_END, as a subscriber reads it."""
+    request = events_pb2.StreamRequest(workflow_id=workflow_id, tenant_id=TENANT, from_seq=1)
+    return [as_dict(e) async for e in events.Stream(request)]
+
+
 @dataclass
 class Backends:
     events: events_pb2_grpc.EventServiceAsyncStub
@@ -121,10 +129,7 @@ class Backends:
 
     async def read_log(self, workflow_id: str) -> list[dict[str, Any]]:
         """The whole log of a workflow, to its STREAM_END, as a subscriber reads it."""
-        stream = self.events.Stream(
-            events_pb2.StreamRequest(workflow_id=workflow_id, tenant_id=TENANT, from_seq=1)
-        )
-        return [as_dict(e) async for e in stream]
+        return await read_log(self.events, workflow_id)
 
     async def first_event(
         self, workflow_id: str, matches: Callable[[dict[str, Any]], bool]

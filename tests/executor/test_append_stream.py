@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,17 +17,14 @@ from shuttle.llm.openai_model import OpenAIModel
 from shuttle.metrics import APPEND_STREAMS, GRPC_SECONDS
 from shuttle.settings import Settings
 from shuttle.v1 import events_pb2, events_pb2_grpc
-from tests.executor.conftest import TENANT, Backends, agent_defaults, as_dict, types_of
+from tests.executor.conftest import TENANT, Backends, agent_defaults, read_log, types_of
 from tests.executor.events_release import EventsRelease
+from tests.executor.test_command_feed import gauge
 from tests.support.holding_model import until
 from tests.support.scripted_openai import ScriptedOpenAI, text
 
 RUNS = 3
 OLDER = frozenset({"AppendStream"})
-
-
-def gauge(metric: Any) -> float:
-    return float(metric.collect()[0].samples[0].value)
 
 
 def unary_appends() -> float:
@@ -60,13 +56,6 @@ async def test_the_runs_of_a_process_append_over_one_call(
     assert gauge(APPEND_STREAMS) == streams + 1
     assert unary_appends() == appends
     await runs.shutdown(1)
-
-
-async def read_log(
-    events: events_pb2_grpc.EventServiceAsyncStub, workflow_id: str
-) -> list[dict[str, Any]]:
-    request = events_pb2.StreamRequest(workflow_id=workflow_id, tenant_id=TENANT, from_seq=1)
-    return [as_dict(e) async for e in events.Stream(request)]
 
 
 async def test_against_an_events_service_without_it_runs_append_call_by_call(
@@ -139,10 +128,9 @@ async def test_after_an_outage_an_upgraded_events_service_gets_the_batches_over_
         await upgraded.start(port)
         await emitter.flush()
         assert upgraded.calls["Append"] == 0 and upgraded.calls["AppendStream"] == 2  # ask, call
-        request = events_pb2.StreamRequest(workflow_id=created.workflow_id, tenant_id=TENANT)
         await emitter.emit(EventDraft("STREAM_END", "end"))
         await emitter.flush()
-        logged = [as_dict(e) async for e in events.Stream(request)]
+        logged = await read_log(events, created.workflow_id)
         assert [(e["seq"], e["message"]) for e in logged] == [
             (1, "before"),
             (2, "during the upgrade"),
