@@ -34,12 +34,22 @@ def usable(url: str) -> bool:
 class _SqliteThreads:
     """A synchronous engine on the file, and the threads its transactions run on."""
 
-    def __init__(self, url: str, threads: int, name: str) -> None:
+    def __init__(self, url: str, threads: int, name: str, *, commits: bool) -> None:
         self.engine = sqlite_sync_engine(url)
         self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+        self._commits = commits
 
-    async def _on_thread(self, call: Callable[[], _T]) -> _T:
-        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
+    async def run(
+        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        """`work(connection, ...)` as one transaction on a thread: committed for a writer,
+        rolled back (one snapshot) for readers."""
+
+        def transaction() -> _T:
+            with self.engine.begin() if self._commits else self.engine.connect() as conn:
+                return work(conn, *args, **kwargs)
+
+        return await asyncio.get_running_loop().run_in_executor(self._threads, transaction)
 
     def close(self) -> None:
         self._threads.shutdown(wait=True)
@@ -47,34 +57,15 @@ class _SqliteThreads:
 
 
 class SqliteWriter(_SqliteThreads):
-    """Runs `work(connection, ...)` inside a write transaction, on one dedicated thread
-    (callers still queue on the store's write lock)."""
+    """Write transactions, on one dedicated thread (callers still queue on the store's write
+    lock)."""
 
     def __init__(self, url: str) -> None:
-        super().__init__(url, 1, "sqlite-writer")
-
-    async def run(
-        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
-    ) -> _T:
-        def transaction() -> _T:
-            with self.engine.begin() as conn:
-                return work(conn, *args, **kwargs)
-
-        return await self._on_thread(transaction)
+        super().__init__(url, 1, "sqlite-writer", commits=True)
 
 
 class SqliteReaders(_SqliteThreads):
-    """Runs `work(connection, ...)` as one read transaction (one snapshot, rolled back at
-    the end), on one of READER_THREADS threads."""
+    """Read transactions, on READER_THREADS threads."""
 
     def __init__(self, url: str) -> None:
-        super().__init__(url, READER_THREADS, "sqlite-reader")
-
-    async def run(
-        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
-    ) -> _T:
-        def transaction() -> _T:
-            with self.engine.connect() as conn:
-                return work(conn, *args, **kwargs)
-
-        return await self._on_thread(transaction)
+        super().__init__(url, READER_THREADS, "sqlite-reader", commits=False)
