@@ -24,6 +24,7 @@ from services.tools.hooks.config import HooksConfig, build_chain
 from services.tools.hooks.rate_limit import RateLimitHook
 from services.tools.host import ToolCallRequest, ToolHost
 from shuttle.db import create_engine
+from shuttle.sql_transactions import writes_for
 
 from .results import Spread, add_common_arguments, quantile, save, sized
 
@@ -52,9 +53,10 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         engine = create_engine(f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}")
         await create_schema(engine)
+        audit_writes = writes_for(engine)
         defaults = build_chain(
             HooksConfig(),
-            engine=engine,
+            audit_writes=audit_writes,
             approvals=None,
             buckets=MemoryBuckets(),
             approval_timeout_seconds=60,
@@ -69,6 +71,8 @@ async def main(args: argparse.Namespace) -> None:
         print(describe("no hooks", without))
         hooks = await timed(hooked, calls)
         print(describe("defaults + rate limit", hooks))
+        await defaults.drain()
+        await audit_writes.close()
         await engine.dispose()
     figures = {
         side: {**Spread.of(samples).as_dict(), "p95": quantile(samples, 0.95)}

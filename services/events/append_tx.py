@@ -64,7 +64,7 @@ def append_group(
     caller must answer by rolling the whole group back.
 
     Synchronous, so a whole transaction can run in one call on a database thread (see
-    ``sqlite_threads``) or through ``AsyncConnection.run_sync``."""
+    ``shuttle.sql_transactions``) or through ``AsyncConnection.run_sync``."""
     outcomes: list[Outcome | None] = [None] * len(requests)
     updates = [derive_update(request.batch) for request in requests]
     rows = _Rows()

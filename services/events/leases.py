@@ -23,12 +23,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from shuttle.sql_transactions import EngineWrites, WriteTransactions
+
 from .append_tx import workflow_row
 from .errors import FailedPrecondition, InvalidArgument
 from .models import workflows
 from .records import TERMINAL_STATUSES, WorkflowRecord
 from .rows import workflow_record
-from .store import Clock, EngineWrites, WriteTransactions, utc_now
+from .store import Clock, utc_now
 from .validation import check_id
 
 MAX_TTL_MS = 3_600_000

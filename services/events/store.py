@@ -6,13 +6,20 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine, Integer, Select, bindparam, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from shuttle.envelope import EPHEMERAL_TYPES
+from shuttle.sql_transactions import (
+    EngineWrites,
+    SqliteReaders,
+    SqliteWriter,
+    engine_url,
+    usable,
+)
 
 from .append_tx import Outcome, append_group, earlier_append, repeat_of, workflow_row
 from .errors import AlreadyExists, EventsError
@@ -26,7 +33,6 @@ from .records import (
     WorkflowStatus,
 )
 from .rows import stored_event, workflow_record
-from .sqlite_threads import SqliteReaders, SqliteWriter, usable
 
 Clock = Callable[[], datetime]
 _P = ParamSpec("_P")
@@ -35,27 +41,6 @@ _T = TypeVar("_T")
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-class WriteTransactions(Protocol):
-    """Where write transactions run (see `SqlEventStore.write`)."""
-
-    async def write(
-        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
-    ) -> _T: ...
-
-
-class EngineWrites:
-    """Write transactions straight on an async engine, for a database with many writers."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-
-    async def write(
-        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
-    ) -> _T:
-        async with self._engine.begin() as conn:
-            return await conn.run_sync(work, *args, **kwargs)
 
 
 class SqlEventStore:
@@ -86,7 +71,7 @@ class SqlEventStore:
         """Whether the database takes one write transaction at a time."""
         self._write_lock = asyncio.Lock() if self.single_writer else contextlib.nullcontext()
         self._engine_writes = EngineWrites(engine)
-        url = engine.url.render_as_string(hide_password=False)
+        url = engine_url(engine)
         on_file = self.single_writer and usable(url)
         self._sqlite_writer = SqliteWriter(url) if on_file else None
         self._sqlite_readers = SqliteReaders(url) if on_file else None
@@ -220,7 +205,7 @@ class SqlEventStore:
         """Release the SQLite threads and their connections (the engine is the caller's)."""
         for threads in (self._sqlite_writer, self._sqlite_readers):
             if threads is not None:
-                await asyncio.to_thread(threads.close)
+                await threads.close()
         self._sqlite_writer = self._sqlite_readers = None
 
     async def _after_conflict(self, request: AppendRequest, conflict: IntegrityError) -> Outcome:

@@ -29,6 +29,7 @@ from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import Cleanup, GrpcService
 from shuttle.process import main
 from shuttle.settings import Settings
+from shuttle.sql_transactions import writes_for
 from shuttle.v1 import events_pb2_grpc, tools_pb2_grpc
 
 
@@ -85,6 +86,7 @@ async def build(settings: Settings) -> GrpcService:
         Path(database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url)
     await create_schema(engine)
+    audit_writes = writes_for(engine)
     events_channel = open_channel(settings.grpc_target("events"))
     approvals = ApprovalService(
         ApprovalStore(engine), GrpcWorkflowLog(events_pb2_grpc.EventServiceStub(events_channel))
@@ -93,7 +95,7 @@ async def build(settings: Settings) -> GrpcService:
     try:
         chain = build_chain(
             hooks_config,
-            engine=engine,
+            audit_writes=audit_writes,
             approvals=approvals,
             buckets=buckets,
             approval_timeout_seconds=settings.approval_timeout_seconds,
@@ -120,7 +122,14 @@ async def build(settings: Settings) -> GrpcService:
         host,
         approvals,
         # The hooks drain first: queued audit rows are written before the database closes.
-        on_stop=[chain.drain, providers.close, events_channel.close, close_buckets, engine.dispose],
+        on_stop=[
+            chain.drain,
+            audit_writes.close,
+            providers.close,
+            events_channel.close,
+            close_buckets,
+            engine.dispose,
+        ],
         cleaner=WorkflowDataCleaner(config.workspaces, engine, chain),
     )
 

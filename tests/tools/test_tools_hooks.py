@@ -246,7 +246,7 @@ hooks:
     )
     chain = build_chain(
         load_hooks_config(path),
-        engine=None,
+        audit_writes=None,
         approvals=None,
         buckets=MemoryBuckets(),
         approval_timeout_seconds=60,

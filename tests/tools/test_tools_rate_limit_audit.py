@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 import pytest
 import redis.asyncio
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.tools.buckets import MemoryBuckets, RedisBuckets, TokenBuckets
@@ -24,6 +25,7 @@ from services.tools.hooks.rate_limit import RateLimitHook
 from services.tools.hooks.truncation import TruncationHook
 from services.tools.host import ToolCallRequest, ToolHost
 from shuttle.db import create_engine
+from shuttle.sql_transactions import EngineWrites, SqliteWriter, WriteTransactions, writes_for
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -104,14 +106,23 @@ async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
     await engine.dispose()
 
 
+@pytest.fixture
+async def audit_writes(engine: AsyncEngine) -> AsyncIterator[WriteTransactions]:
+    """As the service builds them: a writer thread on the SQLite file."""
+    writes = writes_for(engine)
+    assert isinstance(writes, SqliteWriter)
+    yield writes
+    await writes.close()
+
+
 async def test_audit_row_per_call_including_blocked(
-    registry: ToolRegistry, engine: AsyncEngine
+    registry: ToolRegistry, engine: AsyncEngine, audit_writes: WriteTransactions
 ) -> None:
     chain = HookChain(
         [
             DenyHook(tools=("boom",), reason="retired"),
             TruncationHook(max_chars=5),
-            AuditHook(engine=engine),
+            AuditHook(writes=audit_writes),
         ]
     )
     host = ToolHost(registry, hooks=chain)
@@ -136,35 +147,45 @@ async def test_audit_row_per_call_including_blocked(
     assert all(r.duration_ms >= 0 for r in rows)
 
 
+# A database that cannot be opened, through the writer thread and through the engine.
+BROKEN_WRITES = [writes_for, EngineWrites]
+
+
+@pytest.mark.parametrize("writes_on", BROKEN_WRITES)
 async def test_audit_failure_is_advisory(
-    registry: ToolRegistry, engine: AsyncEngine, caplog: pytest.LogCaptureFixture
+    registry: ToolRegistry,
+    caplog: pytest.LogCaptureFixture,
+    writes_on: Callable[[AsyncEngine], WriteTransactions],
 ) -> None:
-    await engine.dispose()
     broken = create_engine("sqlite+aiosqlite:////nonexistent-dir/x.db")
-    chain = HookChain([AuditHook(engine=broken)])
+    writes = writes_on(broken)
+    chain = HookChain([AuditHook(writes=writes)])
     host = ToolHost(registry, hooks=chain)
     result = await host.execute(call("repeat", "acme", text="still works"))
     assert result.ok and result.observation == "still works"
     await chain.drain()
     assert "audit rows could not be written" in caplog.text
+    await writes.close()
     await broken.dispose()
 
 
+@pytest.mark.parametrize("writes_on", BROKEN_WRITES)
 async def test_fail_closed_audit_withholds_the_result_it_could_not_record(
-    registry: ToolRegistry, engine: AsyncEngine
+    registry: ToolRegistry, writes_on: Callable[[AsyncEngine], WriteTransactions]
 ) -> None:
-    await engine.dispose()
     broken = create_engine("sqlite+aiosqlite:////nonexistent-dir/x.db")
-    host = ToolHost(registry, hooks=HookChain([AuditHook(engine=broken, fail_closed=True)]))
+    writes = writes_on(broken)
+    host = ToolHost(registry, hooks=HookChain([AuditHook(writes=writes, fail_closed=True)]))
     result = await host.execute(call("repeat", "acme", text="secret"))
     assert result.error and "secret" not in result.observation
+    await writes.close()
     await broken.dispose()
 
 
 async def test_fail_closed_audit_row_is_written_before_the_result(
-    registry: ToolRegistry, engine: AsyncEngine
+    registry: ToolRegistry, engine: AsyncEngine, audit_writes: WriteTransactions
 ) -> None:
-    host = ToolHost(registry, hooks=HookChain([AuditHook(engine=engine, fail_closed=True)]))
+    host = ToolHost(registry, hooks=HookChain([AuditHook(writes=audit_writes, fail_closed=True)]))
     await host.execute(call("repeat", "acme", text="at once"))
     async with engine.connect() as conn:
         rows = (await conn.execute(select(tool_audit))).all()
@@ -172,9 +193,9 @@ async def test_fail_closed_audit_row_is_written_before_the_result(
 
 
 async def test_a_burst_of_calls_gets_every_audit_row_once(
-    registry: ToolRegistry, engine: AsyncEngine
+    registry: ToolRegistry, engine: AsyncEngine, audit_writes: WriteTransactions
 ) -> None:
-    chain = HookChain([AuditHook(engine=engine)])
+    chain = HookChain([AuditHook(writes=audit_writes)])
     host = ToolHost(registry, hooks=chain)
     texts = [f"call {n}" for n in range(1200)]
     await asyncio.gather(*(host.execute(call("repeat", "acme", text=t)) for t in texts))
@@ -184,10 +205,49 @@ async def test_a_burst_of_calls_gets_every_audit_row_once(
     assert sorted(r.result for r in rows) == sorted(texts)
 
 
-async def test_forgetting_a_workflow_waits_for_its_queued_audit_rows(
-    registry: ToolRegistry, engine: AsyncEngine
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class CountedWrites:
+    """The real writes, counting the transactions."""
+
+    def __init__(self, writes: WriteTransactions) -> None:
+        self.writes = writes
+        self.transactions = 0
+
+    async def write(
+        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        self.transactions += 1
+        return await self.writes.write(work, *args, **kwargs)
+
+    async def close(self) -> None:
+        await self.writes.close()
+
+
+async def test_rows_of_calls_made_one_after_another_share_a_transaction(
+    registry: ToolRegistry, engine: AsyncEngine, audit_writes: WriteTransactions
 ) -> None:
-    chain = HookChain([AuditHook(engine=engine)])
+    counted = CountedWrites(audit_writes)
+    # Lingering longer than the test runs: only drain can make the writer go on.
+    chain = HookChain([AuditHook(writes=counted, linger_seconds=600)])
+    host = ToolHost(registry, hooks=chain)
+    for n in range(3):
+        await host.execute(call("repeat", "acme", text=f"call {n}"))
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(tool_audit))).all() == []
+    await chain.drain()
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(tool_audit).order_by(tool_audit.c.id))).all()
+    assert [r.result for r in rows] == ["call 0", "call 1", "call 2"]
+    assert counted.transactions == 1
+
+
+async def test_forgetting_a_workflow_waits_for_its_queued_audit_rows(
+    registry: ToolRegistry, engine: AsyncEngine, audit_writes: WriteTransactions
+) -> None:
+    chain = HookChain([AuditHook(writes=audit_writes)])
     host = ToolHost(registry, hooks=chain)
     cleaner = WorkflowDataCleaner(None, engine, chain)
     await host.execute(call("repeat", "acme", text="forget me"))

@@ -21,7 +21,6 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.tools.approval_flow import ApprovalService
 from services.tools.buckets import TokenBuckets
@@ -33,6 +32,7 @@ from services.tools.hooks.policy import DenyHook, RedactHook, SetArgumentsHook
 from services.tools.hooks.rate_limit import RateLimitHook
 from services.tools.hooks.read_only import ReadOnlyGuard
 from services.tools.hooks.truncation import TruncationHook
+from shuttle.sql_transactions import WriteTransactions
 
 
 class HooksConfigError(ValueError):
@@ -150,7 +150,7 @@ def _python_hook(entry: PythonEntry) -> Hook:
 def build_chain(
     config: HooksConfig,
     *,
-    engine: AsyncEngine | None,
+    audit_writes: WriteTransactions | None,
     approvals: ApprovalService | None,
     buckets: TokenBuckets,
     approval_timeout_seconds: float,
@@ -163,8 +163,8 @@ def build_chain(
     ]
     if approvals is not None:
         hooks.append(ApprovalGate(approvals=approvals, timeout_seconds=approval_timeout_seconds))
-    if engine is not None:
-        hooks.append(AuditHook(engine=engine))
+    if audit_writes is not None:
+        hooks.append(AuditHook(writes=audit_writes))
     for entry in config.hooks:
         try:
             hooks.append(_entry_hook(entry, approvals, buckets, approval_timeout_seconds))

@@ -1,11 +1,12 @@
-"""Transactions on a SQLite file run whole on threads of their own.
+"""Where a service's SQL transactions run: whole on threads of their own for a SQLite file,
+on the async engine for a database server.
 
 Through aiosqlite, every statement of a transaction is several round trips between the event
 loop and the connection's thread (cursor, execute, fetch, close, commit, the pool's reset):
 nine for a lone append, four for a workflow lookup. Each waits for the loop's next turn, so
 on a loop busy with streams a commit took many turns, and a lookup cost twice the CPU of
-the same query run whole on a thread (1.37 against 0.68 ms, measured in-process). Here a
-transaction is one synchronous call on a thread: one round trip whatever it holds.
+the same query run whole on a thread (1.37 against 0.68 ms, measured in-process). On a
+thread a transaction is one synchronous call: one round trip whatever it holds.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from shuttle.db import sqlite_path, sqlite_sync_engine
 
@@ -26,9 +28,47 @@ _T = TypeVar("_T")
 READER_THREADS = 2
 
 
+class WriteTransactions(Protocol):
+    """Where write transactions run: `work(connection, ...)`, committed."""
+
+    async def write(
+        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T: ...
+
+    async def close(self) -> None:
+        """Release what runs the transactions (an engine stays its owner's)."""
+        ...
+
+
+class EngineWrites:
+    """Write transactions straight on an async engine, for a database with many writers."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def write(
+        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        async with self._engine.begin() as conn:
+            return await conn.run_sync(work, *args, **kwargs)
+
+    async def close(self) -> None:
+        return None
+
+
 def usable(url: str) -> bool:
     """Whether `url` is a SQLite file (an in-memory database is per connection)."""
     return sqlite_path(url) is not None
+
+
+def engine_url(engine: AsyncEngine) -> str:
+    return engine.url.render_as_string(hide_password=False)
+
+
+def writes_for(engine: AsyncEngine) -> WriteTransactions:
+    """A writer thread on `engine`'s SQLite file, or the engine itself."""
+    url = engine_url(engine)
+    return SqliteWriter(url) if usable(url) else EngineWrites(engine)
 
 
 class _SqliteThreads:
@@ -51,17 +91,24 @@ class _SqliteThreads:
 
         return await asyncio.get_running_loop().run_in_executor(self._threads, transaction)
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
         self._threads.shutdown(wait=True)
         self.engine.dispose()
 
 
 class SqliteWriter(_SqliteThreads):
-    """Write transactions, on one dedicated thread (callers still queue on the store's write
-    lock)."""
+    """Write transactions, on one dedicated thread (SQLite takes one writer at a time)."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url, 1, "sqlite-writer", commits=True)
+
+    async def write(
+        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        return await self.run(work, *args, **kwargs)
 
 
 class SqliteReaders(_SqliteThreads):
