@@ -34,6 +34,7 @@ SUITE = (
     Benchmark("llm_overhead", "bench.llm_overhead"),
     Benchmark("react_overhead", "bench.react_overhead"),
     Benchmark("react_concurrency", "bench.react_concurrency"),
+    Benchmark("run_cpu", "bench.run_cpu"),
     Benchmark("end_to_end", "bench.end_to_end"),
     Benchmark("tool_hooks", "bench.tool_hooks"),
     Benchmark("events_append", "bench.events_append"),

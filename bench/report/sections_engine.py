@@ -176,15 +176,38 @@ runs: median (min–max) over {settings.get("repeats", "N")} trial(s); larger co
 {_failures(figures["rows"])}
 {chart}
 
-Where the time goes at 100 runs: CPU. A run with K = 5 cost about 140 ms of CPU on a 2-core
-machine like this one, across the executor (~67 ms), the events service (~52 ms) and the tools
-service (~24 ms), read from /proc over 40 runs one after another while building this; 100
-runs then need seconds of the two cores, and the bare loop with the model server alone takes
-most of its wall time the same way. What is left to win is CPU per run: gRPC's cost per call
-(about 0.5 ms of server CPU for a bare unary call, 0.2 ms for a message on a stream, which is
-why runs append over one `AppendStream` call), SQLAlchemy executing statements, and the
-`openai` client in the executor.
+{_cpu_per_run(ctx)}
 """
+
+
+def _cpu_per_run(ctx: Context) -> str:
+    """Where the time goes at 100 runs: the CPU one run costs each process (`run_cpu`)."""
+    figures = ctx.results.figures("run_cpu")
+    head = """Where the time goes at 100 runs: CPU.
+
+```sh
+.venv/bin/python -m bench.run_cpu --k 5 --runs 40
+```
+
+Runs of K = 5 tool rounds one after another against the zero-latency model; each process's
+CPU (user and system, all threads, from /proc) over the measured runs, per run."""
+    if figures is None:
+        return head + "\n\n" + missing("run_cpu")
+    rows = [[name, number(ms, 1)] for name, ms in figures["cpu_ms_per_run"].items() if ms >= 0.05]
+    rows.append(["all Shuttle processes", number(figures["cpu_ms_per_run_total"], 1)])
+    hundred_s = figures["cpu_ms_per_run_total"] / 10  # 100 runs, in seconds of CPU
+    return f"""{head}
+
+{table(["process", "ms of CPU per run"], rows)}
+
+A run took {number(figures["wall_ms_median"], 1)} ms (median) of wall time, the bare loop
+{number(figures["bare_wall_ms_median"], 1)} ms. A hundred such runs need
+{number(hundred_s, 1)} s of CPU, {number(hundred_s / 2, 1)} s of both cores at best, against an
+ideal wall time of 1.4 s at 200 ms per model call; the bare loop with the model server alone
+takes most of its wall time the same way. What is left to win is CPU per run: gRPC's cost
+per call (about 0.5 ms of server CPU for a bare unary call, 0.2 ms for a message on a stream,
+measured while building this, which is why runs append over one `AppendStream` call),
+SQLAlchemy executing statements, and the `openai` client in the executor."""
 
 
 def _failures(rows: list[dict[str, Any]]) -> str:

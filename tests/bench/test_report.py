@@ -89,6 +89,20 @@ def test_aims_are_judged_from_the_figures(rendered: tuple[Path, Path]) -> None:
     assert rows["≥ 5,000 idle SSE connections per gateway process"].endswith("**not met** |")
 
 
+def test_the_cpu_per_run_is_reported_from_its_own_figures(rendered: tuple[Path, Path]) -> None:
+    doc, _ = rendered
+    text = doc.read_text()
+    figures = json.loads((RESULTS / "run_cpu.json").read_text())["figures"]
+    cpu = figures["cpu_ms_per_run"]
+
+    assert f"| executor | {cpu['executor']:,.1f} |" in text
+    assert f"| events | {cpu['events']:,.1f} |" in text
+    assert f"| all Shuttle processes | {figures['cpu_ms_per_run_total']:,.1f} |" in text
+    assert "| planner | 0.0 |" not in text  # a process with no CPU in such runs is left out
+    hundred = figures["cpu_ms_per_run_total"] / 10
+    assert f"{hundred:,.1f} s of CPU, {hundred / 2:,.1f} s of both cores" in " ".join(text.split())
+
+
 def test_a_benchmark_without_results_is_named_not_fatal(tmp_path: Path) -> None:
     partial = tmp_path / "results"
     shutil.copytree(RESULTS, partial)
