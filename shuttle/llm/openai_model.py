@@ -7,6 +7,7 @@ overhead); retries are ours (`shuttle.llm.retry`) so that each one is visible to
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -14,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from shuttle.llm.protocol import (
     Abilities,
@@ -25,7 +25,6 @@ from shuttle.llm.protocol import (
     ResponseFormat,
     RetryObserver,
     TokenUsage,
-    ToolCallRequest,
     ToolChoice,
     ToolSchema,
 )
@@ -36,7 +35,10 @@ from shuttle.llm.wire import (
     JSON_HEADERS,
     ChatRequest,
     ToolCallAccumulator,
+    mapping,
     reasoning_of,
+    text_of,
+    tool_calls_of,
     usage_of,
 )
 
@@ -153,37 +155,34 @@ class OpenAIModel:
         model = await self._resolved_model()
         body = self._request(model, messages, tools, tool_choice, response_format).body()
         started = time.monotonic()
-        response = await self._call(
+        response: Any = await self._call(
             model,
             lambda: self._endpoint.client.post(
                 "/chat/completions",
-                cast_to=ChatCompletion,
+                cast_to=object,  # the parsed JSON (see shuttle.llm.wire)
                 content=body,
                 options={"headers": JSON_HEADERS},
             ),
         )
-        if not response.choices:
-            raise LLMError(f"{model}: the response has no choices")
-        choice = response.choices[0]
-        message = choice.message
-        calls = tuple(
-            ToolCallRequest(id=call.id, name=call.function.name, arguments=call.function.arguments)
-            for call in (message.tool_calls or [])
-            if call.type == "function"
-        )
-        content = message.content or ""
+        choices = mapping(response).get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise LLMError(f"{model}: the response has no choices: {_excerpt(response)}")
+        choice = mapping(choices[0])
+        message = mapping(choice.get("message"))
+        calls = tool_calls_of(message)
+        content = text_of(message.get("content"))
         usage = (
-            usage_of(response.usage)
-            if response.usage is not None
+            usage_of(response["usage"])
+            if response.get("usage") is not None
             else _estimated_usage(messages, content + "".join(c.arguments for c in calls))
         )
         return ChatResult(
             content=content,
             tool_calls=calls,
             reasoning_content=reasoning_of(message),
-            finish_reason=choice.finish_reason or "",
+            finish_reason=text_of(choice.get("finish_reason")),
             usage=self._priced(usage),
-            model=response.model or model,
+            model=text_of(response.get("model")) or model,
             provider=self.provider,
             duration_ms=int((time.monotonic() - started) * 1000),
         )
@@ -250,18 +249,18 @@ class OpenAIModel:
 
     async def _open_stream(
         self, messages: Sequence[Message], tools: Sequence[ToolSchema]
-    ) -> tuple[str, openai.AsyncStream[ChatCompletionChunk]]:
+    ) -> tuple[str, openai.AsyncStream[Any]]:
         model = await self._resolved_model()
         body = self._request(model, messages, tools, stream=True).body()
         stream = await self._call(
             model,
             lambda: self._endpoint.client.post(
                 "/chat/completions",
-                cast_to=ChatCompletionChunk,
+                cast_to=object,  # each chunk as parsed JSON
                 content=body,
                 options={"headers": JSON_HEADERS},
                 stream=True,
-                stream_cls=openai.AsyncStream[ChatCompletionChunk],
+                stream_cls=openai.AsyncStream[object],
             ),
         )
         return model, stream
@@ -301,24 +300,25 @@ class OpenAIChatStream:
         finish_reason = ""
         usage: TokenUsage | None = None
         try:
-            async for chunk in stream:
-                if chunk.usage is not None:
-                    usage = usage_of(chunk.usage)
-                if chunk.model:
-                    model = chunk.model
-                for choice in chunk.choices:
-                    finish_reason = choice.finish_reason or finish_reason
-                    delta = choice.delta
-                    if delta is None:
-                        continue
-                    for call_delta in delta.tool_calls or ():
-                        calls.add(call_delta)
+            async for raw in stream:
+                chunk = mapping(raw)
+                if chunk.get("usage") is not None:
+                    usage = usage_of(chunk["usage"])
+                model = text_of(chunk.get("model")) or model
+                choices = chunk.get("choices")
+                for choice in map(mapping, choices if isinstance(choices, list) else ()):
+                    finish_reason = text_of(choice.get("finish_reason")) or finish_reason
+                    delta = mapping(choice.get("delta"))
+                    call_deltas = delta.get("tool_calls")
+                    for call_delta in call_deltas if isinstance(call_deltas, list) else ():
+                        calls.add(mapping(call_delta))
                     thought = reasoning_of(delta)
                     if thought:
                         reasoning.append(thought)
-                    if delta.content:
-                        parts.append(delta.content)
-                        yield delta.content
+                    piece = text_of(delta.get("content"))
+                    if piece:
+                        parts.append(piece)
+                        yield piece
         except openai.OpenAIError as exc:
             raise LLMError(f"{model}: stream broke off: {exc}") from exc
         content = "".join(parts)
@@ -335,6 +335,11 @@ class OpenAIChatStream:
             provider=self._llm.provider,
             duration_ms=int((time.monotonic() - started) * 1000),
         )
+
+
+def _excerpt(response: Any) -> str:
+    text = response if isinstance(response, str) else json.dumps(response, default=str)
+    return text[:200]
 
 
 def _estimated_usage(messages: Sequence[dict[str, Any]], output: str) -> TokenUsage:

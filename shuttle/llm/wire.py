@@ -9,7 +9,7 @@ and hand the bytes to the same client's `post`, which keeps its transport, auth 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,29 +57,72 @@ def _sequence(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+# Responses are read as parsed JSON (the client's `post` with `cast_to=object`): building the
+# SDK's response models took a sixth of a call's client CPU, and their fields are not
+# validated anyway. Every reader below takes what is there and ignores what is malformed.
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    """`value` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def text_of(value: Any) -> str:
+    """A string field; absent or not a string reads as ""."""
+    return value if isinstance(value, str) else ""
+
+
+def arguments_of(value: Any) -> str:
+    """Tool-call arguments as JSON text; some providers send an object instead."""
+    if isinstance(value, str):
+        return value
+    return "" if value is None else json.dumps(value, ensure_ascii=False)
+
+
 def usage_of(raw: Any) -> TokenUsage:
-    """Token counts from an SDK usage object (prompt, completion, cached prompt tokens)."""
-    if raw is None:
-        return TokenUsage()
-    details = getattr(raw, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", 0) or 0
+    """Token counts from a usage object (prompt, completion, cached prompt tokens)."""
+    usage = mapping(raw)
+    details = mapping(usage.get("prompt_tokens_details"))
     return TokenUsage(
-        input_tokens=getattr(raw, "prompt_tokens", 0) or 0,
-        output_tokens=getattr(raw, "completion_tokens", 0) or 0,
-        cached_tokens=cached,
+        input_tokens=_count(usage.get("prompt_tokens")),
+        output_tokens=_count(usage.get("completion_tokens")),
+        cached_tokens=_count(details.get("cached_tokens")),
     )
 
 
-def reasoning_of(message: Any) -> str:
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def reasoning_of(message: Mapping[str, Any]) -> str:
     """`reasoning_content` (DeepSeek, vLLM, …) or `reasoning` (some OpenRouter models)."""
     for name in ("reasoning_content", "reasoning"):
-        value = getattr(message, name, None)
-        if value is None:
-            extra = getattr(message, "model_extra", None) or {}
-            value = extra.get(name)
+        value = message.get(name)
         if isinstance(value, str) and value:
             return value
     return ""
+
+
+def tool_calls_of(message: Mapping[str, Any]) -> tuple[ToolCallRequest, ...]:
+    """The function calls of a whole (not streamed) message."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return ()
+    found = []
+    for number, raw in enumerate(calls):
+        call = mapping(raw)
+        function = mapping(call.get("function"))
+        name = text_of(function.get("name"))
+        if call.get("type", "function") != "function" or not name:
+            continue
+        found.append(
+            ToolCallRequest(
+                id=text_of(call.get("id")) or f"call_{number}",
+                name=name,
+                arguments=arguments_of(function.get("arguments")),
+            )
+        )
+    return tuple(found)
 
 
 @dataclass
@@ -101,13 +144,13 @@ class ToolCallAccumulator:
         self._calls: list[_PartialCall] = []
         self._by_index: dict[int, _PartialCall] = {}
 
-    def add(self, delta: Any) -> None:
-        index = getattr(delta, "index", None)
-        index = len(self._calls) if index is None else int(index)
-        call_id = getattr(delta, "id", None) or ""
-        function = getattr(delta, "function", None)
-        name = (getattr(function, "name", None) or "") if function is not None else ""
-        arguments = (getattr(function, "arguments", None) or "") if function is not None else ""
+    def add(self, delta: Mapping[str, Any]) -> None:
+        index = delta.get("index")
+        index = index if isinstance(index, int) else len(self._calls)
+        call_id = text_of(delta.get("id"))
+        function = mapping(delta.get("function"))
+        name = text_of(function.get("name"))
+        arguments = arguments_of(function.get("arguments"))
         current = self._by_index.get(index)
         if current is None or _starts_new_call(current, call_id, name):
             current = _PartialCall()

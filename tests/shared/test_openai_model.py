@@ -67,3 +67,37 @@ async def test_a_stream_yields_deltas_then_a_result_with_usage(server: ScriptedO
     assert stream.result.usage.output_tokens == 3
     assert stream.result.finish_reason == "stop"
     assert server.requests[0]["stream_options"] == {"include_usage": True}
+
+
+async def test_a_reply_without_choices_is_an_error_that_shows_the_reply(
+    server: ScriptedOpenAI,
+) -> None:
+    server.script(Reply(body={"object": "chat.completion", "detail": "upstream overloaded"}))
+    server.script(Reply(body=["not", "an", "object"]))
+    llm = OpenAIModel(server.base_url, "k", "m", 10, 0)
+    with pytest.raises(LLMError, match=r"no choices.*upstream overloaded"):
+        await llm.chat([{"role": "user", "content": "hi"}])
+    with pytest.raises(LLMError, match="no choices"):
+        await llm.chat([{"role": "user", "content": "hi"}])
+
+
+async def test_unusual_tool_calls_are_read_as_far_as_they_make_sense(
+    server: ScriptedOpenAI,
+) -> None:
+    calls = [
+        # No id, no type, arguments as an object rather than JSON text (seen from local servers).
+        {"function": {"name": "calculator", "arguments": {"expression": "2+2"}}},
+        {"id": "c2", "type": "function", "function": {"arguments": "{}"}},  # no name: skipped
+        {"id": "c3", "type": "retrieval", "function": {"name": "x", "arguments": "{}"}},
+        "not a call",
+    ]
+    message = {"role": "assistant", "content": None, "tool_calls": calls}
+    server.script(Reply(body={"choices": [{"message": message}]}))
+    llm = OpenAIModel(server.base_url, "k", "m", 10, 0)
+    result = await llm.chat([{"role": "user", "content": "what is 2+2?"}])
+    assert [(c.id, c.name, c.arguments) for c in result.tool_calls] == [
+        ("call_0", "calculator", '{"expression": "2+2"}')
+    ]
+    assert result.content == "" and result.finish_reason == "" and result.model == "m"
+    # No usage reported: our estimate, so budgets still move.
+    assert result.usage.input_tokens > 0 and result.usage.output_tokens > 0

@@ -44,6 +44,9 @@ class Reply:
     usage: dict[str, Any] | None = None
     """Overrides the usage object of the reply."""
     error_code: str | None = None
+    body: Any = None
+    """For calls not streamed: sent as the whole JSON body instead of a completion built from
+    the fields above (a malformed or unusual provider reply)."""
 
 
 def text(content: str, chunks: list[str] | None = None) -> Reply:
@@ -113,6 +116,8 @@ class ScriptedOpenAI:
                 "error": {"message": reply.content, "type": "scripted", "code": reply.error_code}
             }
             return JSONResponse(payload, status_code=reply.status, headers=reply.headers)
+        if reply.body is not None:
+            return JSONResponse(reply.body, headers=reply.headers)
         if body.get("stream"):
             return StreamingResponse(
                 self._stream(reply), media_type="text/event-stream", headers=reply.headers
