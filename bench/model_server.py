@@ -31,6 +31,9 @@ def k_iterations_model(body: dict[str, Any]) -> Reply:
     return text(f"Done after {done} calls.")
 
 
+KEEP_ALIVE_SECONDS = 3600
+
+
 @dataclass(frozen=True)
 class ModelProcess:
     base_url: str
@@ -62,6 +65,10 @@ def main() -> None:
     args = parser.parse_args()
     model = ScriptedOpenAI(handler=k_iterations_model)
     model.latency_seconds = args.latency
+    # Idle connections stay open for the whole benchmark. After uvicorn's default 5 s, its
+    # close of an idle connection raced a client reusing it under load: 5 of 600 bare-loop
+    # runs (no retries) failed with httpx's ReadError, none with the connections kept.
+    model.keep_alive_seconds = KEEP_ALIVE_SECONDS
     model.start()
     print(f"port {model.port}", flush=True)
     sys.stdin.read()  # returns when the parent closes the pipe or exits; SIGTERM ends it too

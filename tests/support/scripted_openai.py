@@ -78,6 +78,8 @@ class ScriptedOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.latency_seconds = 0.0
         """How long every reply waits before it starts, like a real model's time to first token."""
+        self.keep_alive_seconds = 5
+        """How long an idle client connection stays open (uvicorn's default)."""
         self._queue: deque[Reply] = deque()
         self._handler = handler
         self._lock = threading.Lock()
@@ -206,7 +208,12 @@ class ScriptedOpenAI:
                 Route("/v1/models", self._models, methods=["GET"]),
             ]
         )
-        self._threaded = ThreadedServer(app, lifespan="off", name="scripted OpenAI server")
+        self._threaded = ThreadedServer(
+            app,
+            lifespan="off",
+            name="scripted OpenAI server",
+            keep_alive_seconds=self.keep_alive_seconds,
+        )
         self.port = self._threaded.start(timeout_seconds=10)
         return self
 

@@ -12,9 +12,15 @@ import uvicorn
 
 class ThreadedServer:
     def __init__(
-        self, app: Any, *, lifespan: Literal["auto", "on", "off"] = "auto", name: str = "server"
+        self,
+        app: Any,
+        *,
+        lifespan: Literal["auto", "on", "off"] = "auto",
+        name: str = "server",
+        keep_alive_seconds: int = 5,
     ) -> None:
         self._app = app
+        self._keep_alive_seconds = keep_alive_seconds
         self._lifespan = lifespan
         self._name = name
         self._server: uvicorn.Server | None = None
@@ -27,7 +33,12 @@ class ThreadedServer:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self._app, log_level="warning", lifespan=self._lifespan)
+        config = uvicorn.Config(
+            self._app,
+            log_level="warning",
+            lifespan=self._lifespan,
+            timeout_keep_alive=self._keep_alive_seconds,
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, daemon=True
