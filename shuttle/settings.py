@@ -19,6 +19,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .paced_signal import DEFAULT_SECONDS_PER_WAITER
+
 DEFAULT_PORTS = {"events": 50051, "tools": 50052, "planner": 50053, "executor": 50054}
 DEFAULT_GATEWAY_PORT = 8080
 
@@ -105,6 +107,10 @@ class Settings(BaseSettings):
     events_durable_llm_prompt: bool = False
     # How often each events replica looks for runs whose executor stopped renewing its lease.
     events_lease_sweep_seconds: float = Field(5.0, gt=0)
+    # Readers of one busy log (StreamBatches calls in the events service, SSE watchers in the
+    # gateway) are woken in rounds at least this many seconds per reader apart, capped at
+    # 0.1 s; a change after a quiet spell still wakes them at once. 0: wake on every change.
+    fanout_seconds_per_reader: float = Field(DEFAULT_SECONDS_PER_WAITER, ge=0, le=0.01)
 
     # LLM: one OpenAI-compatible endpoint, or the offline demo model when unset.
     openai_base_url: str = Field(
