@@ -7,13 +7,15 @@ loses events; one that falls behind the buffer's start reads the gap from SQL.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from itertools import islice
 from typing import Protocol
+
+from shuttle.paced_signal import DEFAULT_SECONDS_PER_WAITER, PacedSignal
 
 from .records import StoredEvent
 
@@ -60,6 +62,15 @@ class HotTier(Protocol):
         """Drop everything held for a deleted workflow."""
         ...
 
+    def reading(self, workflow_id: str) -> AbstractContextManager[None]:
+        """Count a reader of the workflow while it follows (it paces the wake-ups)."""
+        ...
+
+    async def pace(self, workflow_id: str) -> None:
+        """For a reader just served: wait for the workflow's next paced wake-up if one is
+        held (see shuttle.paced_signal), else return at once."""
+        ...
+
     async def wait(self, workflow_id: str, after_seq: int) -> None:
         """Return once the tier holds a seq above `after_seq` (at once if it already does)."""
         ...
@@ -69,10 +80,8 @@ class HotTier(Protocol):
 class _Buffer:
     events: deque[StoredEvent]
     touched: float
-    # Replaced by each publish after setting it: waiters hold the one current when they
-    # started waiting. Cheaper than a Condition, whose waiters re-take its lock one by one.
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    waiters: int = 0
+    # Wakes the workflow's readers, paced by how many wait (see shuttle.paced_signal).
+    changed: PacedSignal
 
     @property
     def last_seq(self) -> int:
@@ -83,7 +92,7 @@ class MemoryHotTier:
     """The embedded hot tier: bounded in-process buffers, evicted after `ttl_seconds` idle.
 
     Single event loop only; every method runs without awaiting between reading and
-    changing a buffer, so no lock is needed beyond the condition used for wake-ups.
+    changing a buffer, so no lock is needed beyond the signal used for wake-ups.
     """
 
     def __init__(
@@ -92,12 +101,14 @@ class MemoryHotTier:
         max_events: int = DEFAULT_MAX_EVENTS,
         ttl_seconds: float = DEFAULT_TTL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        seconds_per_reader: float = DEFAULT_SECONDS_PER_WAITER,
     ) -> None:
         if max_events < 1:
             raise ValueError("max_events must be at least 1")
         self._max_events = max_events
         self._ttl = ttl_seconds
         self._clock = clock
+        self._seconds_per_reader = seconds_per_reader
         self._buffers: dict[str, _Buffer] = {}
         self._last_sweep = clock()
 
@@ -114,8 +125,7 @@ class MemoryHotTier:
                 buffer.events.clear()
             buffer.events.append(event)  # the deque's maxlen drops the oldest
         buffer.touched = now
-        changed, buffer.changed = buffer.changed, asyncio.Event()
-        changed.set()
+        buffer.changed.notify()
         if now - self._last_sweep >= SWEEP_INTERVAL_SECONDS:
             self.sweep()
 
@@ -148,26 +158,37 @@ class MemoryHotTier:
 
     async def wait(self, workflow_id: str, after_seq: int) -> None:
         buffer = self._buffer(workflow_id, self._clock())
-        buffer.waiters += 1
+        while buffer.last_seq <= after_seq:
+            await buffer.changed.wait()
+
+    @contextmanager
+    def reading(self, workflow_id: str) -> Iterator[None]:
+        signal = self._buffer(workflow_id, self._clock()).changed
+        signal.readers += 1
         try:
-            while buffer.last_seq <= after_seq:
-                await buffer.changed.wait()
+            yield
         finally:
-            buffer.waiters -= 1
+            signal.readers -= 1
+
+    async def pace(self, workflow_id: str) -> None:
+        buffer = self._buffers.get(workflow_id)
+        if buffer is not None:
+            await buffer.changed.pace()
 
     async def forget(self, workflow_id: str) -> None:
         buffer = self._buffers.pop(workflow_id, None)
         if buffer is not None:
-            buffer.changed.set()  # waiters re-check and find the workflow gone
+            buffer.changed.wake_now()  # waiters re-check and find the workflow gone
 
     def sweep(self) -> int:
-        """Drop buffers idle longer than the TTL that nobody waits on; return how many."""
+        """Drop buffers idle longer than the TTL that nobody follows; return how many."""
         now = self._clock()
         self._last_sweep = now
         idle = [
             workflow_id
             for workflow_id, buffer in self._buffers.items()
-            if buffer.waiters == 0 and now - buffer.touched >= self._ttl
+            if not (buffer.changed.readers or buffer.changed.waiters)
+            and now - buffer.touched >= self._ttl
         ]
         for workflow_id in idle:
             del self._buffers[workflow_id]
@@ -186,6 +207,10 @@ class MemoryHotTier:
     def _buffer(self, workflow_id: str, now: float) -> _Buffer:
         buffer = self._buffers.get(workflow_id)
         if buffer is None:
-            buffer = _Buffer(events=deque(maxlen=self._max_events), touched=now)
+            buffer = _Buffer(
+                events=deque(maxlen=self._max_events),
+                touched=now,
+                changed=PacedSignal(self._seconds_per_reader),
+            )
             self._buffers[workflow_id] = buffer
         return buffer

@@ -152,34 +152,36 @@ class EventLog:
         if record.stream_ended and cursor > record.last_seq:
             return  # the reader already has the whole log, STREAM_END included
         stale_polls = 0
-        while True:
-            batch, cursor_after = await self._next_batch(workflow_id, tenant_id, cursor)
-            if not batch and cursor_after == cursor:
-                if await self._wait(workflow_id, cursor - 1):
+        with self._hot.reading(workflow_id):
+            while True:
+                batch, cursor_after = await self._next_batch(workflow_id, tenant_id, cursor)
+                if not batch and cursor_after == cursor:
+                    if await self._wait(workflow_id, cursor - 1):
+                        stale_polls = 0
+                        continue
+                    # Nothing arrived within a poll. If SQL holds seqs the hot tier still lacks
+                    # a poll later, it missed them: read their durable events from SQL.
+                    last_seq = (await self._store.get_workflow(workflow_id, tenant_id)).last_seq
+                    stale_polls = stale_polls + 1 if last_seq >= cursor else 0
+                    if stale_polls < 2:
+                        continue
                     stale_polls = 0
-                    continue
-                # Nothing arrived within a poll. If SQL holds seqs the hot tier still lacks
-                # a poll later, it missed them: read their durable events from SQL.
-                last_seq = (await self._store.get_workflow(workflow_id, tenant_id)).last_seq
-                stale_polls = stale_polls + 1 if last_seq >= cursor else 0
-                if stale_polls < 2:
-                    continue
-                stale_polls = 0
-                batch = await self._store.list_events(
-                    workflow_id,
-                    tenant_id,
-                    from_seq=cursor,
-                    to_seq=last_seq,
-                    limit=self._replay_page,
-                )
-                full_page = len(batch) == self._replay_page
-                cursor_after = batch[-1].seq + 1 if full_page else last_seq + 1
-            cursor = cursor_after
-            selected, ended = _wanted(batch, wanted)
-            if selected:
-                yield selected
-            if ended:
-                return
+                    batch = await self._store.list_events(
+                        workflow_id,
+                        tenant_id,
+                        from_seq=cursor,
+                        to_seq=last_seq,
+                        limit=self._replay_page,
+                    )
+                    full_page = len(batch) == self._replay_page
+                    cursor_after = batch[-1].seq + 1 if full_page else last_seq + 1
+                cursor = cursor_after
+                selected, ended = _wanted(batch, wanted)
+                if selected:
+                    yield selected
+                if ended:
+                    return
+                await self._hot.pace(workflow_id)
 
     async def delete_workflows(
         self, tenant_id: str, workflow_ids: Sequence[str]

@@ -20,11 +20,14 @@ import json
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import cast
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError, ResponseError
+
+from shuttle.paced_signal import DEFAULT_SECONDS_PER_WAITER
 
 from .hot import DEFAULT_MAX_EVENTS, DEFAULT_TTL_SECONDS, HotWindow, MemoryHotTier
 from .records import StoredEvent
@@ -55,6 +58,7 @@ class RedisHotTier:
         retry_seconds: float = RETRY_SECONDS,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         clock: Callable[[], float] = time.monotonic,
+        seconds_per_reader: float = DEFAULT_SECONDS_PER_WAITER,
     ) -> None:
         # Commands fail fast so an unreachable Redis cannot stall appends, but a burst larger
         # than the pool waits for a connection (redis-py's default pool raises
@@ -85,7 +89,11 @@ class RedisHotTier:
         self._retry = retry_seconds
         self._clock = clock
         self._down_until = 0.0
-        self._local = MemoryHotTier(max_events=max_events, ttl_seconds=ttl_seconds)
+        self._local = MemoryHotTier(
+            max_events=max_events,
+            ttl_seconds=ttl_seconds,
+            seconds_per_reader=seconds_per_reader,
+        )
         self._pump = StreamPump(
             self._blocking,
             self._redis,
@@ -174,6 +182,12 @@ class RedisHotTier:
             await self._local.wait(workflow_id, after_seq)
         finally:
             self._pump.unfollow(workflow_id)
+
+    def reading(self, workflow_id: str) -> AbstractContextManager[None]:
+        return self._local.reading(workflow_id)
+
+    async def pace(self, workflow_id: str) -> None:
+        await self._local.pace(workflow_id)
 
     async def forget(self, workflow_id: str) -> None:
         await self._local.forget(workflow_id)

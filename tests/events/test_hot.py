@@ -119,6 +119,30 @@ async def test_buffers_with_waiters_are_not_evicted() -> None:
     await waiter
 
 
+async def test_buffers_with_readers_busy_elsewhere_are_not_evicted() -> None:
+    clock = FakeClock()
+    hot = MemoryHotTier(clock=clock)
+    await hot.publish("wf-h", run(1, 1))
+    with hot.reading("wf-h"):  # a reader between wake-ups: not waiting, still following
+        clock.now += DEFAULT_TTL_SECONDS * 2
+        assert hot.sweep() == 0
+    assert hot.sweep() == 1
+
+
+async def test_a_reader_paces_itself_only_while_a_wake_up_is_held() -> None:
+    hot = MemoryHotTier(seconds_per_reader=1.0)
+    await hot.pace("wf-unknown")  # nothing held for an unknown workflow: at once
+    with hot.reading("wf-h"), hot.reading("wf-h"):
+        await hot.publish("wf-h", run(1, 1))  # the first change wakes at once
+        await hot.pace("wf-h")
+        await hot.publish("wf-h", run(2, 2))  # the next one is held for the crowd
+        paced = asyncio.create_task(hot.pace("wf-h"))
+        await asyncio.sleep(0)
+        assert not paced.done()
+        await hot.forget("wf-h")  # wakes at once
+        await paced
+
+
 async def test_publish_sweeps_now_and_then() -> None:
     clock = FakeClock()
     hot = MemoryHotTier(ttl_seconds=10.0, clock=clock)

@@ -172,6 +172,40 @@ async def test_switch_from_sql_to_hot_tier_while_appends_race(store: SqlEventSto
     assert seqs(events) == list(range(1, 30 + 50 + 2 + 1))
 
 
+async def crowd_reading_a_busy_log(store: SqlEventStore, seconds_per_reader: float) -> list[int]:
+    """Twenty readers follow a log while 60 appends come one after another; each must get
+    every event in order. Returns how many batches each reader was handed."""
+    event_log = EventLog(store, MemoryHotTier(seconds_per_reader=seconds_per_reader))
+    workflow_id = await make(event_log, workflow_id=f"wf-crowd-{seconds_per_reader}")
+    await event_log.append(workflow_id, "t1", progress(1))
+    readers = [event_log.stream_batches(workflow_id, "t1") for _ in range(20)]
+
+    async def read(batches: AsyncIterator[list[StoredEvent]]) -> tuple[list[int], int]:
+        got: list[int] = []
+        count = 0
+        async for batch in batches:
+            got.extend(seqs(batch))
+            count += 1
+        return got, count
+
+    reading = [asyncio.create_task(read(batches)) for batches in readers]
+    await asyncio.sleep(0.05)  # every reader is at the head, waiting
+    for _ in range(60):
+        await event_log.append(workflow_id, "t1", progress(1))
+    await event_log.append(workflow_id, "t1", FINISH)
+    results = await asyncio.gather(*reading)
+    for got, _ in results:
+        assert got == list(range(1, 1 + 1 + 60 + 2))
+    return [count for _, count in results]
+
+
+async def test_a_crowd_of_readers_takes_a_busy_log_in_fewer_batches(store: SqlEventStore) -> None:
+    # 20 readers at 5 ms each: one wake-up per 0.1 s at most while appends keep coming.
+    paced = await crowd_reading_a_busy_log(store, seconds_per_reader=0.005)
+    unpaced = await crowd_reading_a_busy_log(store, seconds_per_reader=0.0)
+    assert max(paced) < min(unpaced)
+
+
 async def test_trimmed_hot_tier_replays_durable_events_from_sql(store: SqlEventStore) -> None:
     event_log = EventLog(store, MemoryHotTier(max_events=3))
     await make(event_log)
