@@ -68,6 +68,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
             stream.typed_frame,
             buffer_bytes=settings.sse_feed_buffer_bytes,
             retry_seconds=settings.events_retry_seconds,
+            seconds_per_watcher=settings.fanout_seconds_per_reader,
         )
         if generated:
             log.info(

@@ -4,7 +4,9 @@ A *feed* per (tenant, workflow) in this process follows the log through one
 `EventService.StreamBatches` call (`upstream.follow`, which rides out restarts), renders each
 event once, and keeps the newest rendered chunks (one per upstream batch) in a buffer bounded
 in bytes. It never waits for a watcher; it reads the next batch only once some watcher has
-taken everything, so nobody's events are read ahead for nobody.
+taken everything, so nobody's events are read ahead for nobody. Watchers at the head are woken
+in rounds paced by how many wait (shuttle.paced_signal), so a busy log reaches a crowd as a
+few joined writes each rather than one write per upstream batch.
 
 A *watcher* is a cursor: the seq it needs next. It takes what the buffer holds past its
 cursor, a chunk at a time; a watcher that takes a whole chunk gets the chunk's own bytes.
@@ -27,6 +29,7 @@ import grpc
 
 from shuttle.log_follow import STREAM_END, Upstream, UpstreamError, follow
 from shuttle.metrics import SSE_CATCHUPS, SSE_FEEDS
+from shuttle.paced_signal import DEFAULT_SECONDS_PER_WAITER, PacedSignal
 from shuttle.v1 import common_pb2, events_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -97,12 +100,11 @@ def render_chunk(events: Sequence[common_pb2.Event], start: int, render: Render)
 class Feed:
     """One upstream call of one workflow and the newest chunks it brought."""
 
-    def __init__(self, from_seq: int, buffer_bytes: int) -> None:
+    def __init__(self, from_seq: int, buffer_bytes: int, seconds_per_watcher: float) -> None:
         self.start = from_seq
         """The buffer holds every event the log delivered from this seq on."""
         self.next_seq = from_seq
         self.buffered_bytes = 0
-        self.watchers = 0
         self.done = False
         """No more chunks will come: STREAM_END was read, or `error`."""
         self.error: UpstreamError | None = None
@@ -110,9 +112,19 @@ class Feed:
         self._chunks: deque[Chunk] = deque()
         self._cursors: dict[int, int] = {}
         """The cursor of each watcher reading from the buffer, by watcher."""
-        self._arrived = asyncio.Event()
+        self._arrived = PacedSignal(seconds_per_watcher)
         self._hungry = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+
+    @property
+    def watchers(self) -> int:
+        return self._arrived.readers
+
+    def join(self) -> None:
+        self._arrived.readers += 1  # wake-ups are paced by how many watch
+
+    def leave(self) -> None:
+        self._arrived.readers -= 1
 
     def held_from(self, cursor: int) -> list[Chunk]:
         """The buffered chunks from the one holding `cursor` on, up to about WRITE_BYTES
@@ -144,14 +156,21 @@ class Feed:
 
     async def wait(self) -> None:
         """Until something new arrives; meanwhile the feed may read the next batch."""
-        arrived = self._arrived
         self._hungry.set()
-        await arrived.wait()
+        await self._arrived.wait()
+
+    async def pace(self) -> None:
+        """For a watcher that has just taken chunks: wait for the held wake-up, if any, so
+        it takes what comes meanwhile in the next round rather than chunk by chunk."""
+        if self._arrived.holding:
+            await self.wait()
 
     async def run(self, upstream: Upstream, render: Render) -> None:
         try:
             while True:
-                await self._hungry.wait()
+                # A watcher waiting for a held wake-up has taken everything: read on.
+                if not self._arrived.waiters:
+                    await self._hungry.wait()
                 self._hungry.clear()
                 batch = await anext(upstream, None)
                 if batch is None:
@@ -168,7 +187,7 @@ class Feed:
             )
         finally:
             self.done = True
-            self._notify()
+            self._arrived.wake_now()
             await upstream.aclose()
 
     def _add(self, chunk: Chunk) -> None:
@@ -187,11 +206,7 @@ class Feed:
         ):
             self.buffered_bytes -= len(self._chunks.popleft().frames)
             self.start = self._chunks[0].start
-        self._notify()
-
-    def _notify(self) -> None:
-        self._arrived.set()
-        self._arrived = asyncio.Event()
+        self._arrived.notify()
 
 
 class FanOut:
@@ -204,11 +219,13 @@ class FanOut:
         *,
         buffer_bytes: int,
         retry_seconds: float,
+        seconds_per_watcher: float = DEFAULT_SECONDS_PER_WAITER,
     ) -> None:
         self._events = events
         self._render = render
         self._buffer_bytes = buffer_bytes
         self._retry_seconds = retry_seconds
+        self._seconds_per_watcher = seconds_per_watcher
         self._feeds: dict[FeedKey, Feed] = {}
         self._watcher_ids = itertools.count()
 
@@ -264,6 +281,7 @@ class FanOut:
                         yield taking[0] if len(taking) == 1 else joined(taking)
                     if held[-1].ends_log:
                         return
+                    await feed.pace()
                 elif feed.done:
                     if feed.error is not None:
                         raise feed.error
@@ -291,16 +309,16 @@ class FanOut:
         feed = self._feeds.get(key)
         if feed is None or feed.error is not None:
             # A failed feed is replaced: whoever comes next gets a fresh try.
-            feed = Feed(from_seq, self._buffer_bytes)
+            feed = Feed(from_seq, self._buffer_bytes, self._seconds_per_watcher)
             upstream = self._follow(*key, from_seq)
             feed.task = asyncio.create_task(feed.run(upstream, self._render))
             self._feeds[key] = feed
             SSE_FEEDS.set(len(self._feeds))
-        feed.watchers += 1
+        feed.join()
         return feed
 
     def _leave(self, key: FeedKey, feed: Feed) -> None:
-        feed.watchers -= 1
+        feed.leave()
         if feed.watchers > 0:
             return
         # The last watcher ends the upstream call.

@@ -35,8 +35,16 @@ async def stub(events_process: EventsProcess) -> AsyncIterator[Stub]:
         yield events_pb2_grpc.EventServiceStub(channel)
 
 
-def fanout_of(stub: Stub, buffer_bytes: int = 1 << 20) -> FanOut:
-    return FanOut(stub, typed_frame, buffer_bytes=buffer_bytes, retry_seconds=30)
+def fanout_of(
+    stub: Stub, buffer_bytes: int = 1 << 20, seconds_per_watcher: float = 0.0001
+) -> FanOut:
+    return FanOut(
+        stub,
+        typed_frame,
+        buffer_bytes=buffer_bytes,
+        retry_seconds=30,
+        seconds_per_watcher=seconds_per_watcher,
+    )
 
 
 async def create(stub: Stub, tenant: str = TENANT) -> str:
@@ -65,11 +73,13 @@ class Reader:
         self.chunks = chunks
         self.received: list[tuple[int, str]] = []
         self.frames = b""
+        self.chunks_taken = 0
         self.task = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
         async for chunk in self.chunks:
             self.frames += chunk.frames
+            self.chunks_taken += 1
             self.received += [(i.event.seq, type_name(i.event.type)) for i in chunk.items]
 
     @property
@@ -223,6 +233,32 @@ async def test_a_watcher_some_chunks_behind_takes_them_in_one_piece(stub: Stub) 
     fast.task.cancel()
     await asyncio.gather(fast.task, return_exceptions=True)
     await fast.chunks.aclose()
+
+
+async def crowd_watching_a_busy_log(stub: Stub, seconds_per_watcher: float) -> list[int]:
+    """Twenty watchers at the head while 40 appends come one after another (each its own
+    upstream batch); each must get the whole log. Returns the chunks each one took."""
+    workflow_id = await create(stub)
+    fanout = fanout_of(stub, seconds_per_watcher=seconds_per_watcher)
+    readers = [Reader(fanout.watch(TENANT, workflow_id, 1)) for _ in range(20)]
+    await append(stub, workflow_id, *progress(1))
+    for reader in readers:
+        await reader.until(1)
+    for _ in range(40):
+        await append(stub, workflow_id, *progress(1))
+    await append(stub, workflow_id, draft("WORKFLOW_COMPLETED"))
+    await asyncio.gather(*(r.task for r in readers))
+    assert all(r.seqs == list(range(1, 44)) for r in readers)
+    return [r.chunks_taken for r in readers]
+
+
+async def test_a_crowd_of_watchers_takes_a_busy_log_in_few_writes(stub: Stub) -> None:
+    # 20 watchers at 5 ms each: one wake-up per 0.1 s while appends keep coming, and the
+    # feed reads on meanwhile, so each round hands over everything that came.
+    paced = await crowd_watching_a_busy_log(stub, seconds_per_watcher=0.005)
+    unpaced = await crowd_watching_a_busy_log(stub, seconds_per_watcher=0.0)
+    assert max(paced) < min(unpaced)
+    assert max(paced) <= 10
 
 
 async def test_tenants_never_share_a_feed(stub: Stub) -> None:
