@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import tempfile
 import time
@@ -38,9 +39,10 @@ from services.executor.append_stream import AppendStreamBroken
 from shuttle.db import create_engine
 from shuttle.envelope import type_value
 from shuttle.grpc_client import tenant_metadata
+from shuttle.paced_signal import DEFAULT_SECONDS_PER_WAITER
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
-from .events_support import Backend, backends, events_service, paced, percentile
+from .events_support import Backend, backends, events_service, fanout_peer, paced, percentile
 from .producer import AppendRefused, Producer
 from .results import add_common_arguments, latency_summary, save
 
@@ -54,6 +56,9 @@ QUICK_CONFIGS = [(1, 1000, 300), (100, 1000, 200), (100, 100, 100), (1000, 100, 
 SEQUENTIAL = False
 # --batched: gRPC subscribers use StreamBatches (several events per message) instead of Stream.
 BATCHED = False
+# The bare gRPC fan-out (bench/grpc_fanout_peer.py), waking its readers as the events service
+# does, and on every append.
+PEERS = [("bare grpc", DEFAULT_SECONDS_PER_WAITER), ("bare grpc, unpaced", 0.0)]
 Runner = Callable[[int, float, int], Awaitable[tuple[list[float], float, int]]]
 """Latencies in ms, the emit rate actually reached (events/s), and how many appends failed."""
 
@@ -177,6 +182,14 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub, producer: Producer)
     return run
 
 
+async def producer_of(
+    stack: contextlib.AsyncExitStack, stub: events_pb2_grpc.EventServiceAsyncStub, unary: bool
+) -> Producer:
+    producer = Producer(stub, unary=unary)
+    stack.push_async_callback(producer.close)
+    return producer
+
+
 def summary(latencies: list[float], reached: float, expected: int, failed: int) -> dict[str, float]:
     return {
         "failed_appends": failed,
@@ -220,34 +233,36 @@ async def main() -> None:
             backend: Backend = found[-1] if args.backend == "pg" else found[0]
             if args.backend == "pg" and backend.label == "sqlite":
                 raise SystemExit("PostgreSQL is not reachable on 127.0.0.1:5432")
-            async with events_service(backend, data_dir) as stub:
-                producer = Producer(stub, unary=args.unary)
-                try:
-                    runners: list[tuple[str, Runner]] = [
-                        ("peer", peer),
-                        ("log", log_runner(data_dir)),
-                        ("grpc", grpc_runner(stub, producer)),
-                    ]
-                    if args.grpc_only:
-                        runners = runners[-1:]
-                    print(f"grpc column: events service on {backend.label}")
-                    for subscribers, rate, count in QUICK_CONFIGS if args.quick else CONFIGS:
-                        print(f"{subscribers} subscribers, {rate:.0f} events/s, {count} events:")
-                        measured: dict[str, object] = {
-                            "subscribers": subscribers,
-                            "rate": rate,
-                            "events": count,
-                        }
-                        for label, runner in runners:
-                            latencies, reached, failed = await runner(subscribers, rate, count)
-                            print("  " + row(label, latencies, reached, subscribers * count))
-                            expected = subscribers * count
-                            measured[label] = summary(latencies, reached, expected, failed)
-                            if failed:
-                                print(f"  {label}: {failed} appends failed")
-                        rows.append(measured)
-                finally:
-                    await producer.close()
+            async with contextlib.AsyncExitStack() as stack:
+                stub = await stack.enter_async_context(events_service(backend, data_dir))
+                runners: list[tuple[str, Runner]] = [
+                    ("peer", peer),
+                    ("log", log_runner(data_dir)),
+                    ("grpc", grpc_runner(stub, await producer_of(stack, stub, args.unary))),
+                ]
+                if args.grpc_only:
+                    runners = runners[-1:]
+                if backend.label == "sqlite":
+                    for label, per_reader in PEERS:
+                        peer_stub = await stack.enter_async_context(fanout_peer(per_reader))
+                        peer_producer = await producer_of(stack, peer_stub, args.unary)
+                        runners.append((label, grpc_runner(peer_stub, peer_producer)))
+                print(f"grpc column: events service on {backend.label}")
+                for subscribers, rate, count in QUICK_CONFIGS if args.quick else CONFIGS:
+                    print(f"{subscribers} subscribers, {rate:.0f} events/s, {count} events:")
+                    measured: dict[str, object] = {
+                        "subscribers": subscribers,
+                        "rate": rate,
+                        "events": count,
+                    }
+                    for label, runner in runners:
+                        latencies, reached, failed = await runner(subscribers, rate, count)
+                        print("  " + row(label, latencies, reached, subscribers * count))
+                        expected = subscribers * count
+                        measured[label] = summary(latencies, reached, expected, failed)
+                        if failed:
+                            print(f"  {label}: {failed} appends failed")
+                    rows.append(measured)
     settings = {"backend": args.backend, "sequential": args.sequential, "unary": args.unary}
     save(args.json, "events_latency", settings, {"backend": backend.label, "rows": rows})
 

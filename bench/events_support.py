@@ -119,6 +119,33 @@ async def events_service(
         await process.wait()
 
 
+@contextlib.asynccontextmanager
+async def fanout_peer(
+    seconds_per_reader: float,
+) -> AsyncIterator[events_pb2_grpc.EventServiceAsyncStub]:
+    """`python -m bench.grpc_fanout_peer` as its own process, as the events service runs."""
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.grpc_fanout_peer",
+        "--port",
+        str(port),
+        "--seconds-per-reader",
+        str(seconds_per_reader),
+        cwd=REPO,
+    )
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), wait_for_ready=True, timeout=60
+            )
+            yield events_pb2_grpc.EventServiceStub(channel)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await process.wait()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

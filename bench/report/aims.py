@@ -60,6 +60,11 @@ def _subscriber_latency(results: Results) -> Judgement:
     if not found:
         return Judgement(aim, "—", None)
     measured = "; ".join(f"{number(p99, 1)} ms ({label})" for p99, label in found)
+    # The same subscribers on a bare grpc.aio fan-out: what gRPC alone reaches here.
+    figures = results.figures("events_latency-batched")
+    for r in figures["rows"] if figures else []:
+        if r["subscribers"] == 100 and r["rate"] == 1000 and "bare grpc" in r:
+            measured += f"; peer: a bare grpc.aio fan-out {number(r['bare grpc']['p99'], 1)} ms"
     return Judgement(aim, measured, all(p99 <= 10 for p99, _ in found))
 
 

@@ -105,7 +105,16 @@ for the previous one, as many concurrent runs would); latency runs from the emit
 in the payload to a subscriber holding the event, so it includes the SQL commit. *peer*: a
 bare asyncio fan-out (a queue per subscriber). *log*: the `EventLog` in-process on SQLite, no
 gRPC. *grpc*: the events service as its own process, over gRPC, the appends over one
-`AppendStream` call as the executor's (`--unary`: one `Append` call each). p50 / p99.
+`AppendStream` call as the executor's (`--unary`: one `Append` call each). *bare grpc*: the
+same subscribers and producer against a bare `grpc.aio` server of the same messages that keeps
+each log in a list (`bench/grpc_fanout_peer.py`: no SQL, no validation, no telemetry), which
+wakes its readers as the events service does; *unpaced*, on every append. p50 / p99.
+
+Readers of one log are woken in rounds (`shuttle/paced_signal.py`): the first change after a
+quiet spell wakes them at once; while changes keep coming, the next wake-up waits until
+`SHUTTLE_FANOUT_SECONDS_PER_READER` (0.1 ms) per waiting reader has passed since the last, at
+most 0.1 s. Woken on every change, 100 readers of 1,000 events/s cost 100,000 wake-ups and
+messages a second, more than two cores serve; the unpaced column shows where that leads.
 """
     parts = [head]
     for name, title in (
@@ -117,7 +126,11 @@ gRPC. *grpc*: the events service as its own process, over gRPC, the appends over
         if figures is None:
             parts.append(f"{title}: " + missing(name))
             continue
-        sides = [s for s in ("peer", "log", "grpc") if any(s in r for r in figures["rows"])]
+        sides = [
+            s
+            for s in ("peer", "log", "grpc", "bare grpc", "bare grpc, unpaced")
+            if any(s in r for r in figures["rows"])
+        ]
         rows = [
             [
                 f"{r['subscribers']:,}, {r['rate']:,.0f} events/s",

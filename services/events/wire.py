@@ -29,7 +29,7 @@ MAX_BATCH_MESSAGE_BYTES = 512 * 1024
 DEFAULT_CACHED_EVENTS = 16_384
 DEFAULT_CACHED_BYTES = 64 * 1024 * 1024
 # EventBatch.events is field 1, length-delimited: tag (1 << 3) | 2.
-_EVENTS_TAG = b"\x0a"
+EVENTS_TAG = b"\x0a"
 
 
 def event_message(event: StoredEvent) -> common_pb2.Event:
@@ -116,7 +116,7 @@ class EventEncoder:
         if entry is not None and entry[0] is event:
             return entry[1], entry[2]
         encoded = event_message(event).SerializeToString()
-        prefix = _EVENTS_TAG + _varint(len(encoded))
+        prefix = EVENTS_TAG + varint(len(encoded))
         framed = prefix + encoded
         while self._cache and (
             len(self._cache) >= self._max or self.cached_bytes + 2 * len(framed) > self._max_bytes
@@ -131,7 +131,7 @@ class EventEncoder:
         return framed, len(prefix)
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
     """Protobuf base-128 varint of a non-negative int."""
     out = bytearray()
     while value > 0x7F:
