@@ -68,7 +68,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
             stream.typed_frame,
             buffer_bytes=settings.sse_feed_buffer_bytes,
             retry_seconds=settings.events_retry_seconds,
-            seconds_per_watcher=settings.fanout_seconds_per_reader,
+            seconds_per_watcher=settings.sse_fanout_seconds_per_client,
         )
         if generated:
             log.info(

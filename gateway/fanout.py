@@ -29,7 +29,7 @@ import grpc
 
 from shuttle.log_follow import STREAM_END, Upstream, UpstreamError, follow
 from shuttle.metrics import SSE_CATCHUPS, SSE_FEEDS
-from shuttle.paced_signal import DEFAULT_SECONDS_PER_WAITER, PacedSignal
+from shuttle.paced_signal import SECONDS_PER_SSE_CLIENT, PacedSignal
 from shuttle.v1 import common_pb2, events_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -219,7 +219,7 @@ class FanOut:
         *,
         buffer_bytes: int,
         retry_seconds: float,
-        seconds_per_watcher: float = DEFAULT_SECONDS_PER_WAITER,
+        seconds_per_watcher: float = SECONDS_PER_SSE_CLIENT,
     ) -> None:
         self._events = events
         self._render = render

@@ -19,7 +19,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .paced_signal import DEFAULT_SECONDS_PER_WAITER
+from .paced_signal import DEFAULT_SECONDS_PER_WAITER, SECONDS_PER_SSE_CLIENT
 
 DEFAULT_PORTS = {"events": 50051, "tools": 50052, "planner": 50053, "executor": 50054}
 DEFAULT_GATEWAY_PORT = 8080
@@ -85,6 +85,9 @@ class Settings(BaseSettings):
     # SSE watchers of one workflow share one upstream call; frames a slow client has not taken
     # are kept up to this many bytes, and a client further behind reads on its own call.
     sse_feed_buffer_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    # The same pacing for the SSE clients of one feed (a socket write costs more than a gRPC
+    # message, hence the larger default).
+    sse_fanout_seconds_per_client: float = Field(SECONDS_PER_SSE_CLIENT, ge=0, le=0.01)
     # Used by the `shuttle` CLI: where the gateway is and the key to present.
     gateway_url: str = ""
     api_key: str = ""
@@ -107,10 +110,10 @@ class Settings(BaseSettings):
     events_durable_llm_prompt: bool = False
     # How often each events replica looks for runs whose executor stopped renewing its lease.
     events_lease_sweep_seconds: float = Field(5.0, gt=0)
-    # Readers of one busy log (StreamBatches calls in the events service, SSE watchers in the
-    # gateway) are woken in rounds at least this many seconds per reader apart, capped at
-    # 0.1 s; a change after a quiet spell still wakes them at once. 0: wake on every change.
-    fanout_seconds_per_reader: float = Field(DEFAULT_SECONDS_PER_WAITER, ge=0, le=0.01)
+    # While a log keeps changing, its StreamBatches readers in the events service are woken in
+    # rounds at least this many seconds per reader apart, capped at 0.1 s; a change after a
+    # quiet spell still wakes them at once. 0: wake on every change.
+    events_fanout_seconds_per_reader: float = Field(DEFAULT_SECONDS_PER_WAITER, ge=0, le=0.01)
 
     # LLM: one OpenAI-compatible endpoint, or the offline demo model when unset.
     openai_base_url: str = Field(

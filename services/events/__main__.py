@@ -50,7 +50,7 @@ async def build(settings: Settings) -> GrpcService:
             max_events=settings.events_hot_max_events,
             ttl_seconds=settings.events_hot_ttl_seconds,
             max_connections=settings.redis_max_connections,
-            seconds_per_reader=settings.fanout_seconds_per_reader,
+            seconds_per_reader=settings.events_fanout_seconds_per_reader,
         )
         hot, poll = redis_tier, settings.events_poll_seconds
         cleanups.append(redis_tier.close)
@@ -59,7 +59,7 @@ async def build(settings: Settings) -> GrpcService:
         hot = MemoryHotTier(
             max_events=settings.events_hot_max_events,
             ttl_seconds=settings.events_hot_ttl_seconds,
-            seconds_per_reader=settings.fanout_seconds_per_reader,
+            seconds_per_reader=settings.events_fanout_seconds_per_reader,
         )
         poll = None
     event_log = EventLog(store, hot, poll_seconds=poll)
