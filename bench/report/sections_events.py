@@ -112,7 +112,7 @@ wakes its readers as the events service does; *unpaced*, on every append. p50 / 
 
 Readers of one log are woken in rounds (`shuttle/paced_signal.py`): the first change after a
 quiet spell wakes them at once; while changes keep coming, the next wake-up waits until
-`SHUTTLE_FANOUT_SECONDS_PER_READER` (0.1 ms) per waiting reader has passed since the last, at
+`SHUTTLE_EVENTS_FANOUT_SECONDS_PER_READER` (0.1 ms) per reader has passed since the last, at
 most 0.1 s. Woken on every change, 100 readers of 1,000 events/s cost 100,000 wake-ups and
 messages a second, more than two cores serve; the unpaced column shows where that leads.
 """
@@ -226,9 +226,13 @@ which shares the two cores with the services.
 
 {chart}
 
-The gateway reads each event once and renders its frame once; what still grows with events ×
-clients is waking each client's stream and writing the shared bytes to its socket, in one
-Python process.
+The gateway reads each event once and renders its frame once. While a workflow keeps
+changing, its clients are woken in paced rounds (`SHUTTLE_SSE_FANOUT_SECONDS_PER_CLIENT`,
+0.2 ms per client apart, at most 0.1 s; see the gRPC latency above), each taking what came
+meanwhile as one write, so 1,000 events/s to 100 clients, or 100 events/s to 1,000, no
+longer outrun the CPU. What pacing costs is a few milliseconds at middling loads, where
+every change could still have been sent on its own; what still grows with clients is
+writing the shared bytes to each socket, in one Python process.
 """
 
 
