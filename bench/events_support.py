@@ -105,18 +105,8 @@ async def events_service(
         "SHUTTLE_EVENTS_PORT": str(port),
         "SHUTTLE_LOG_LEVEL": "WARNING",
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.events", cwd=REPO, env=env
-    )
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), wait_for_ready=True, timeout=60
-            )
-            yield events_pb2_grpc.EventServiceStub(channel)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        await process.wait()
+    async with _serving(port, "services.events", env=env) as stub:
+        yield stub
 
 
 @contextlib.asynccontextmanager
@@ -125,15 +115,18 @@ async def fanout_peer(
 ) -> AsyncIterator[events_pb2_grpc.EventServiceAsyncStub]:
     """`python -m bench.grpc_fanout_peer` as its own process, as the events service runs."""
     port = free_port()
+    arguments = ["--port", str(port), "--seconds-per-reader", str(seconds_per_reader)]
+    async with _serving(port, "bench.grpc_fanout_peer", *arguments) as stub:
+        yield stub
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    port: int, module: str, *arguments: str, env: dict[str, str] | None = None
+) -> AsyncIterator[events_pb2_grpc.EventServiceAsyncStub]:
+    """`python -m module` until the block ends, once its gRPC health check answers."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bench.grpc_fanout_peer",
-        "--port",
-        str(port),
-        "--seconds-per-reader",
-        str(seconds_per_reader),
-        cwd=REPO,
+        sys.executable, "-m", module, *arguments, cwd=REPO, env=env
     )
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
