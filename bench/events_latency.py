@@ -3,7 +3,7 @@ subscribers on one workflow, the producer appending one event at a time at a fix
 
 Each event is emitted on schedule as its own append, without waiting for the previous
 one to return (as many concurrent runs would), and carries its emit time; latency is until a
-subscriber has it, so it includes the SQL commit. Three columns, run in this process one
+subscriber has it, so it includes the SQL commit. These columns, run in this process one
 after the other on the same machine:
 - peer: a bare asyncio fan-out (one asyncio.Queue per subscriber), the floor in Python;
 - log: the events service's EventLog in-process (SQLite, in-process hot tier), each event
@@ -11,7 +11,10 @@ after the other on the same machine:
 - grpc: `python -m services.events` as its own process, appends and subscribers over gRPC
   (the deployed path: the appends over one AppendStream call, as the executor's; with
   --unary one Append call each), on SQLite, or on PostgreSQL + Redis with --backend pg;
-  with --batched its subscribers use StreamBatches.
+  with --batched its subscribers use StreamBatches;
+- bare grpc (SQLite runs only): the same gRPC subscribers and producer against
+  bench/grpc_fanout_peer.py, a bare grpc.aio server keeping each log in a list, its readers
+  woken as the events service wakes its own, and ("unpaced") on every append.
 
     .venv/bin/python -m bench.events_latency [--backend sqlite|pg] [--batched] [--unary]
 """

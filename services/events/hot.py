@@ -80,7 +80,7 @@ class HotTier(Protocol):
 class _Buffer:
     events: deque[StoredEvent]
     touched: float
-    # Wakes the workflow's readers, paced by how many wait (see shuttle.paced_signal).
+    # Wakes the workflow's readers, paced by how many follow it (see shuttle.paced_signal).
     changed: PacedSignal
 
     @property
