@@ -72,7 +72,8 @@ class HotTier(Protocol):
         ...
 
     async def wait(self, workflow_id: str, after_seq: int) -> None:
-        """Return once the tier holds a seq above `after_seq` (at once if it already does)."""
+        """Return once the tier holds a seq above `after_seq` (at once if it already does),
+        or once the workflow is forgotten."""
         ...
 
 
@@ -158,7 +159,9 @@ class MemoryHotTier:
 
     async def wait(self, workflow_id: str, after_seq: int) -> None:
         buffer = self._buffer(workflow_id, self._clock())
-        while buffer.last_seq <= after_seq:
+        # A forgotten (deleted) workflow's buffer never changes again: its waiters return,
+        # and their reader finds the workflow gone.
+        while buffer.last_seq <= after_seq and self._buffers.get(workflow_id) is buffer:
             await buffer.changed.wait()
 
     @contextmanager

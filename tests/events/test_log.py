@@ -206,6 +206,19 @@ async def test_a_crowd_of_readers_takes_a_busy_log_in_fewer_batches(store: SqlEv
     assert max(paced) < min(unpaced)
 
 
+async def test_a_live_reader_of_a_deleted_workflow_ends_with_not_found(
+    event_log: EventLog,
+) -> None:
+    await make(event_log)
+    await event_log.append("wf-1", "t1", progress(2))
+    reader = Subscriber(event_log.stream("wf-1", "t1"))
+    assert seqs(await reader.take(2)) == [1, 2]
+    await asyncio.sleep(0.01)  # the reader waits for news
+    assert await event_log.delete_workflows("t1", ["wf-1"]) == (["wf-1"], 2)
+    with pytest.raises(NotFound):
+        await asyncio.wait_for(reader.task, timeout=10)
+
+
 async def test_trimmed_hot_tier_replays_durable_events_from_sql(store: SqlEventStore) -> None:
     event_log = EventLog(store, MemoryHotTier(max_events=3))
     await make(event_log)
