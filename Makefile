@@ -57,7 +57,7 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy shuttle services gateway tests bench
 
-# The benchmark suite beside its peers (about 9 minutes on 2 cores): saves figures under var/bench/
+# The benchmark suite beside its peers (about 10 minutes on 2 cores): saves figures under var/bench/
 # and rewrites docs/benchmarks.md with its charts in docs/img/. BENCH_ARGS=--quick for a
 # development run; `python -m bench.report` re-renders from the saved figures.
 EVENT_BENCHMARKS := events_append events_latency-sqlite events_latency-pg \
