@@ -270,12 +270,6 @@ arrival at every client.
     bare_grpc = figures.get("bare_grpc_stream_bytes", float("nan")) / 1024
     bare_sse = figures.get("bare_sse_stream_bytes", float("nan")) / 1024
     gateway_kb = per["gateway"] / 1024
-    parts = (
-        f"the same number of idle `EventService.Stream` calls held by a bare `grpc.aio` client "
-        f"process cost {number(bare_grpc, 1)} KB each (`bench/grpc_stream_holder.py`), and a bare "
-        f"Starlette app holding as many idle sse-starlette streams under uvicorn cost "
-        f"{number(bare_sse, 1)} KB each (`bench/sse_peer_server.py`)."
-    )
     chart = ctx.chart("sse_idle", charts.sse_idle, figures, "memory by idle SSE connections")
     return f"""{head}
 {table(["process", f"RSS, {total:,} open (MB)", "KB each", "sockets", "CPU idle"], rows)}
@@ -288,15 +282,17 @@ reached {figures["event_reached"]:,} of {total:,} clients: p50 {number(q["p50"],
 
 What a connection costs: in the gateway, a client socket, an SSE response with its tasks
 (sse-starlette runs the stream, a ping every 15 s and a disconnect listener side by side), and
-a gRPC `EventService.Stream` call; in the events service, one server stream each (all
-multiplexed on the gateway's one HTTP/2 connection, so no socket each) with a reader waiting on
-the in-process hot tier, which costs no CPU until an event arrives. Two peers measured in the
-same run split the gateway's figure: {parts}
-With the whole gateway at {number(gateway_kb, 1)} KB, the remaining
-{number(gateway_kb - bare_grpc - bare_sse, 1)} KB is what the gateway's route adds around the
-two: FastAPI's request handling, the tenancy check and workflow lookup before the stream, and
-the generator that renders frames.
-With the Redis hot tier (not measured here) each reader also wakes once per
-`SHUTTLE_EVENTS_POLL_SECONDS` (1 s) without news to read the workflow's row in SQL: 5,000 idle
-streams would be 5,000 small queries a second.
+a watcher of the workflow's feed. All clients of one workflow in a gateway process share one
+`EventService.StreamBatches` call (`gateway/fanout.py`), so the events service holds one
+server stream, with one reader waiting on the in-process hot tier, however many clients
+there are. A bare Starlette app holding as many idle sse-starlette streams under uvicorn,
+measured in the same run, cost {number(bare_sse, 1)} KB each (`bench/sse_peer_server.py`):
+of the gateway's {number(gateway_kb, 1)} KB, the other {number(gateway_kb - bare_sse, 1)} KB
+are FastAPI's request handling, the tenancy check and workflow lookup before the stream, and
+the watcher's generator. Were each client to hold its own upstream call instead, that call
+alone would add {number(bare_grpc, 1)} KB (idle `EventService.Stream` calls held by a bare
+`grpc.aio` client, `bench/grpc_stream_holder.py`).
+With the Redis hot tier (not measured here) each waiting reader in the events service (here:
+one per workflow and gateway process) also wakes once per `SHUTTLE_EVENTS_POLL_SECONDS` (1 s)
+without news, to read the workflow's row in SQL.
 """
