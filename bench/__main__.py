@@ -42,6 +42,11 @@ SUITE = (
     Benchmark("events_latency-sqlite", "bench.events_latency"),
     Benchmark("events_latency-pg", "bench.events_latency", ("--backend", "pg", "--grpc-only")),
     Benchmark("events_latency-batched", "bench.events_latency", ("--batched", "--grpc-only")),
+    Benchmark(
+        "events_latency-pg-batched",
+        "bench.events_latency",
+        ("--backend", "pg", "--batched", "--grpc-only"),
+    ),
     Benchmark("events_latency-sequential", "bench.events_latency", ("--sequential",)),
     Benchmark("sse_fanout", "bench.sse_fanout"),
     Benchmark("sse_idle", "bench.sse_idle"),

@@ -48,6 +48,7 @@ def _subscriber_latency(results: Results) -> Judgement:
         ("events_latency-sqlite", "gRPC, SQLite"),
         ("events_latency-pg", "gRPC, PostgreSQL + Redis"),
         ("events_latency-batched", "gRPC StreamBatches, SQLite"),
+        ("events_latency-pg-batched", "gRPC StreamBatches, PostgreSQL + Redis"),
     ):
         figures = results.figures(name)
         for r in figures["rows"] if figures else []:

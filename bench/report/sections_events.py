@@ -121,6 +121,7 @@ messages a second, more than two cores serve; the unpaced column shows where tha
         ("events_latency-sqlite", "SQLite (embedded)"),
         ("events_latency-pg", "PostgreSQL + Redis (the grpc column; peer and log as above)"),
         ("events_latency-batched", "SQLite, subscribers on `StreamBatches` (`--batched`)"),
+        ("events_latency-pg-batched", "PostgreSQL + Redis, subscribers on `StreamBatches`"),
     ):
         figures = ctx.results.figures(name)
         if figures is None:
