@@ -85,8 +85,9 @@ class Settings(BaseSettings):
     # SSE watchers of one workflow share one upstream call; frames a slow client has not taken
     # are kept up to this many bytes, and a client further behind reads on its own call.
     sse_feed_buffer_bytes: int = Field(4 * 1024 * 1024, ge=1024)
-    # The same pacing for the SSE clients of one feed (a socket write costs more than a gRPC
-    # message, hence the larger default).
+    # SSE clients of one workflow are woken in paced rounds, as the events service's readers
+    # are (events_fanout_seconds_per_reader below); a socket write costs more than a gRPC
+    # message, hence the larger default.
     sse_fanout_seconds_per_client: float = Field(SECONDS_PER_SSE_CLIENT, ge=0, le=0.01)
     # Used by the `shuttle` CLI: where the gateway is and the key to present.
     gateway_url: str = ""
