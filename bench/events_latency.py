@@ -141,14 +141,32 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub, producer: Producer)
             for _ in range(subscribers)
         ]
 
+        # Measuring starts once every subscriber holds a first event: all streams are open
+        # and caught up, so opening them (seconds, for 1,000) is not counted as latency.
+        opened = type_value("WORKFLOW_STARTED")
+        all_open = asyncio.Event()
+        open_count = 0
+
         async def consume(call: grpc.aio.UnaryStreamCall[Any, Any]) -> None:
+            nonlocal open_count
             async for message in call:
                 for event in message.events if BATCHED else [message]:
                     if event.type == progress:
                         latencies.append(since(event.payload_json))
+                    elif event.type == opened:
+                        open_count += 1
+                        if open_count == subscribers:
+                            all_open.set()
 
         consumers = [asyncio.create_task(consume(call)) for call in calls]
-        await asyncio.sleep(0.5 + subscribers / 500)  # let every stream open
+        await producer.append(
+            events_pb2.AppendRequest(
+                workflow_id=workflow_id,
+                tenant_id=TENANT_ID,
+                events=[common_pb2.EventDraft(type=opened)],
+            )
+        )
+        await asyncio.wait_for(all_open.wait(), timeout=300)
         started = time.perf_counter()
 
         failures: list[str] = []

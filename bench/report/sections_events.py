@@ -102,7 +102,9 @@ def events_latency(ctx: Context) -> str:
 
 One workflow; the producer emits each event as its own append on schedule (without waiting
 for the previous one, as many concurrent runs would); latency runs from the emit time carried
-in the payload to a subscriber holding the event, so it includes the SQL commit. *peer*: a
+in the payload to a subscriber holding the event, so it includes the SQL commit. Over gRPC,
+measuring starts once every subscriber holds a first event, so opening the streams (seconds,
+for 1,000 of them on PostgreSQL) is not counted. *peer*: a
 bare asyncio fan-out (a queue per subscriber). *log*: the `EventLog` in-process on SQLite, no
 gRPC. *grpc*: the events service as its own process, over gRPC, the appends over one
 `AppendStream` call as the executor's (`--unary`: one `Append` call each). *bare grpc*: the
