@@ -94,10 +94,11 @@ async def build(settings: Settings) -> GrpcService:
     async def finish_runs() -> None:
         await runs.shutdown(settings.shutdown_grace_seconds)
 
-    async def close_channels() -> None:
+    async def close_connections() -> None:
         await appends.close()
         for channel in (events_channel, feeds_channel, tools_channel, planner_channel):
             await channel.close()
+        await models.close()
 
     return GrpcService(
         name="executor",
@@ -106,7 +107,7 @@ async def build(settings: Settings) -> GrpcService:
             ExecutorServicer(runs, events, events_retry_seconds=settings.events_retry_seconds),
             server,
         ),
-        on_stop=(finish_runs, close_channels),
+        on_stop=(finish_runs, close_connections),
     )
 
 

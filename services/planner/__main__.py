@@ -27,7 +27,7 @@ async def build(settings: Settings) -> GrpcService:
         register=lambda server: planner_pb2_grpc.add_PlannerServiceServicer_to_server(
             PlannerServicer(models, workflow_log), server
         ),
-        on_stop=(events_channel.close,),
+        on_stop=(events_channel.close, models.close),
     )
 
 

@@ -51,6 +51,13 @@ class ModelRegistry:
     def by_name(self, name: str) -> LLM | None:
         return next((m.llm for m in self._models if m.name == name), None)
 
+    async def close(self) -> None:
+        """Close the models' HTTP connections (aiohttp reports a session left open)."""
+        for entry in self._models:
+            close = getattr(entry.llm, "close", None)
+            if close is not None:
+                await close()
+
     def traced(self) -> ModelRegistry:
         """The same models, each call a span and a metric sample."""
         return ModelRegistry([replace(m, llm=TracedLLM(m.llm)) for m in self._models])
@@ -81,6 +88,7 @@ def build_registry(settings: Settings) -> ModelRegistry:
             abilities=DEFAULT_ABILITIES,
             retry=policy,
             timeout_seconds=settings.llm_timeout_seconds,
+            http_client=settings.llm_http_client,
         ),
     )
     return ModelRegistry([RegisteredModel(settings.model or "default", ROLES, llm)])
@@ -109,6 +117,7 @@ def _from_spec(
         max_output_tokens=spec.max_output_tokens,
         retry=policy,
         timeout_seconds=timeout,
+        http_client=settings.llm_http_client,
     )
     llm = OpenAIModel(
         spec.base_url,

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import openai
 import pytest
 
-from shuttle.llm.openai_model import OpenAIModel
+from shuttle.llm.factory import build_registry
+from shuttle.llm.openai_model import HttpClientKind, ModelOptions, OpenAIModel
 from shuttle.llm.protocol import LLMError
+from shuttle.settings import Settings
 from tests.support.scripted_openai import Reply, ScriptedOpenAI, error, text
 
 
@@ -101,3 +104,36 @@ async def test_unusual_tool_calls_are_read_as_far_as_they_make_sense(
     assert result.content == "" and result.finish_reason == "" and result.model == "m"
     # No usage reported: our estimate, so budgets still move.
     assert result.usage.input_tokens > 0 and result.usage.output_tokens > 0
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+async def test_either_http_client_chats_streams_and_closes(
+    server: ScriptedOpenAI, kind: HttpClientKind
+) -> None:
+    server.script(error(503), text("made it"), text("streamed"))
+    llm = OpenAIModel(server.base_url, "k", "m", 10, 1, options=ModelOptions(http_client=kind))
+    assert (await llm.chat([{"role": "user", "content": "hi"}])).content == "made it"
+    stream = llm.stream_chat([{"role": "user", "content": "hi"}])
+    assert "".join([delta async for delta in stream]) == "streamed"
+    await llm.close()
+    assert llm._endpoint.client.is_closed()
+
+
+SDK_CLIENTS = {"aiohttp": openai.DefaultAioHttpClient, "httpx": openai.DefaultAsyncHttpxClient}
+
+
+@pytest.mark.parametrize("setting", ["aiohttp", "httpx"])
+async def test_models_use_the_configured_http_client_and_the_registry_closes_them(
+    server: ScriptedOpenAI, setting: HttpClientKind
+) -> None:
+    settings = Settings(openai_base_url=server.base_url, llm_http_client=setting)
+    registry = build_registry(settings).traced()
+    llm = registry.default
+    server.script(text("hello"))
+    assert (await llm.chat([{"role": "user", "content": "hi"}])).content == "hello"
+    client = llm._endpoint.client
+    # The SDK's HTTP client, as configured (its aiohttp client is no httpx one, nor the reverse).
+    for kind, sdk_client in SDK_CLIENTS.items():
+        assert isinstance(client._client, sdk_client) == (kind == setting)
+    await registry.close()
+    assert client.is_closed()
