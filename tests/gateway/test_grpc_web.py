@@ -116,9 +116,14 @@ def test_errors_deadlines_and_refusals(auth_stack: AuthStack) -> None:
     _, _, invalid = call(url, "/shuttle.v1.PlannerService/Route", b"", key)
     assert invalid["grpc-status"] == "3" and "query" in invalid["grpc-message"]
 
-    stream = events_pb2.StreamRequest(workflow_id="wf-x").SerializeToString()
+    # A log no run appends to stays open, so the stream outlasts its deadline. (With a 1 ns
+    # deadline on a missing workflow, NOT_FOUND sometimes came back first.)
+    created = events_pb2.CreateWorkflowRequest(query="held open").SerializeToString()
+    _, [workflow], _ = call(url, "/shuttle.v1.EventService/CreateWorkflow", created, key)
+    held_open = events_pb2.Workflow.FromString(workflow).workflow_id
+    stream = events_pb2.StreamRequest(workflow_id=held_open).SerializeToString()
     _, _, late = call(
-        url, "/shuttle.v1.EventService/Stream", stream, key, headers={"grpc-timeout": "1n"}
+        url, "/shuttle.v1.EventService/Stream", stream, key, headers={"grpc-timeout": "200m"}
     )
     assert late["grpc-status"] == "4"
     _, _, bad_timeout = call(
