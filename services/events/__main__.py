@@ -64,7 +64,7 @@ async def build(settings: Settings) -> GrpcService:
         poll = None
     event_log = EventLog(store, hot, poll_seconds=poll)
     leases = LeaseStore(engine, writes=store)
-    servicer = EventServiceServicer(event_log, leases)
+    servicer = EventServiceServicer(event_log, leases, records_spans=settings.exports_traces)
     retention = RetentionTask(
         store, settings.events_retention_days, settings.events_purge_interval_seconds
     )

@@ -11,8 +11,10 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from shuttle.grpc_client import tenant_metadata
-from shuttle.v1 import common_pb2, events_pb2
+from shuttle.settings import Settings
+from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
+from .conftest import RunningEvents
 from .helpers import draft
 from .test_grpc_api import FINISH, append, create
 
@@ -166,4 +168,26 @@ async def test_each_batch_s_events_name_the_trace_of_its_producer(stub: Stub) ->
     )
     await appender.answer(stamped)
     assert [e.trace_id for e in await stored(stub, "wf-1")] == [TRACE_ID, "ef" * 16]
+    # A traceparent that names no trace is no reason to refuse the batch, nor one to name
+    # another batch's trace.
+    garbled = appender.send("wf-1", traceparent="00-not-a-trace")
+    assert (await appender.answer(garbled)).seqs == [3]
+    assert (await stored(stub, "wf-1"))[-1].trace_id not in (TRACE_ID, "ef" * 16)
     await appender.close()
+
+
+async def test_a_service_that_exports_spans_names_the_producers_trace_too(
+    settings: Settings,
+) -> None:
+    running = RunningEvents(settings.model_copy(update={"otel_traces_exporter": "otlp"}))
+    await running.start()
+    try:
+        async with grpc.aio.insecure_channel(running.target) as channel:
+            stub = events_pb2_grpc.EventServiceStub(channel)
+            await create(stub, "wf-1")
+            appender = Appender(stub)
+            await appender.answer(appender.send("wf-1", traceparent=f"00-{TRACE_ID}-{'cd' * 8}-01"))
+            assert [e.trace_id for e in await stored(stub, "wf-1")] == [TRACE_ID]
+            await appender.close()
+    finally:
+        await running.stop()
