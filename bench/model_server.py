@@ -37,6 +37,7 @@ KEEP_ALIVE_SECONDS = 3600
 @dataclass(frozen=True)
 class ModelProcess:
     base_url: str
+    pid: int
 
 
 @contextlib.contextmanager
@@ -53,7 +54,7 @@ def model_process(latency_seconds: float = 0.0) -> Iterator[ModelProcess]:
         line = process.stdout.readline().split()
         if len(line) != 2 or line[0] != "port":
             raise RuntimeError(f"the model server did not start (said {line!r})")
-        yield ModelProcess(f"http://127.0.0.1:{line[1]}/v1")
+        yield ModelProcess(f"http://127.0.0.1:{line[1]}/v1", process.pid)
     finally:
         process.terminate()
         process.wait(timeout=30)

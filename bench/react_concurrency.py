@@ -2,8 +2,9 @@
 
 Every model call waits LATENCY before it answers, so one run of K tool rounds ideally takes
 (K + 2) x LATENCY however many run at once (K rounds, the answer, the streamed synthesis).
-Shuttle runs as its five processes (SQLite, in-process hot tier), each run driven over
-ExecutorService.Run until STREAM_END; the peer is the same conversation with a bare `openai`
+Shuttle runs as its five processes (SQLite, in-process hot tier), each run read until
+STREAM_END over ExecutorService.Run, and again with StartRun plus EventService.StreamBatches
+(the gateway's way); the peer is the same conversation with a bare `openai`
 client in this process. The scripted model server shares this machine with both.
 
     .venv/bin/python -m bench.react_concurrency [--counts 100 1000] [--quick] [--json PATH]
@@ -13,19 +14,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
 from .react_support import calls_per_run, open_sides, scripted_stack
-from .results import Spread, add_common_arguments, latency_summary, save
+from .results import Spread, add_common_arguments, cpu_seconds, latency_summary, save
 
 LATENCY_SECONDS = 0.2
+SERVICES = ("events", "tools", "executor")
+"""The processes a run goes through (the planner and the gateway take no part in these)."""
 
 
-async def trial(count: int, once: Callable[[], Awaitable[None]]) -> dict[str, Any]:
-    """`count` runs at once: wall time, each run's duration, and how many failed."""
+async def trial(
+    count: int, once: Callable[[], Awaitable[None]], pids: dict[str, int]
+) -> dict[str, Any]:
+    """`count` runs at once: wall time, each run's duration, how many failed, and the CPU
+    each of `pids` used meanwhile."""
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     durations: list[float] = []
     failures: list[str] = []
 
@@ -45,6 +53,7 @@ async def trial(count: int, once: Callable[[], Awaitable[None]]) -> dict[str, An
         "run_s": latency_summary(durations),
         "failed": len(failures),
         "first_failure": failures[0] if failures else "",
+        "cpu_s": {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()},
     }
 
 
@@ -64,8 +73,12 @@ async def main(args: argparse.Namespace) -> None:
     rows: list[dict[str, Any]] = []
     with scripted_stack(LATENCY_SECONDS) as (model, stack):
         sides = open_sides(model, stack, with_langgraph=False)
+        # The clients of either side run in this process, the model in its own.
+        pids = {name: stack.supervisor.processes[name].pid for name in SERVICES}
+        pids |= {"model": model.pid, "clients": os.getpid()}
         try:
             await sides.shuttle(1)  # warm-up
+            await sides.shuttle_log(1)
             await sides.bare(1)
             for count in counts:
                 k = args.k if args.k is not None else (3 if count <= 100 else 1)
@@ -73,18 +86,25 @@ async def main(args: argparse.Namespace) -> None:
                 # The largest count runs once: on two cores one trial already takes minutes.
                 times = repeats if count <= 100 else 1
                 row: dict[str, Any] = {"count": count, "k": k, "ideal_s": ideal}
-                sides_by_name = {"shuttle": sides.shuttle, "bare": sides.bare}
+                sides_by_name = {
+                    "shuttle": sides.shuttle,
+                    "shuttle_log": sides.shuttle_log,
+                    "bare": sides.bare,
+                }
                 results: dict[str, list[dict[str, Any]]] = {name: [] for name in sides_by_name}
                 for _ in range(times):
                     for name, run in sides_by_name.items():
-                        results[name].append(await trial(count, partial(run, k)))
+                        results[name].append(await trial(count, partial(run, k), pids))
                 for name, trials in results.items():
                     row[name] = summarise(trials, ideal)
                     wall = Spread(**row[name]["wall_s"])
                     print(
-                        f"{count:>5} runs K={k} (ideal {ideal:.2f} s) {name:<8} wall {wall} s"
+                        f"{count:>5} runs K={k} (ideal {ideal:.2f} s) {name:<11} wall {wall} s"
                         f"  {wall.median / ideal:5.2f}x ideal  failed {row[name]['failed']}"
                     )
+                    last = trials[-1]
+                    used = ", ".join(f"{n} {s:.2f}" for n, s in last["cpu_s"].items())
+                    print(f"      CPU (s) over the last trial's {last['wall_s']:.2f} s: {used}")
                 rows.append(row)
         finally:
             await sides.close()

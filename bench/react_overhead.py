@@ -1,10 +1,12 @@
 """What the ReAct engine costs per tool iteration, beside a bare `openai` loop and LangGraph.
 
-All three sides talk to the same zero-latency scripted OpenAI-compatible server, which asks
-for K calculator calls and then answers. Shuttle runs as its real processes (events, tools,
-planner, executor, gateway; the run is driven over ExecutorService.Run until STREAM_END), so
-every iteration includes the executor's bookkeeping, the tools service over gRPC and the
-event log. The bare loop and LangGraph's prebuilt ReAct agent call the calculator in-process.
+All sides talk to the same zero-latency scripted OpenAI-compatible server, which asks for K
+calculator calls and then answers. Shuttle runs as its real processes (events, tools,
+planner, executor, gateway), so every iteration includes the executor's bookkeeping, the
+tools service over gRPC and the event log. Shuttle is measured read two ways, until
+STREAM_END: over ExecutorService.Run, which relays the log one event per message, and with
+StartRun plus the log read in batches from the events service, as the gateway reads it.
+The bare loop and LangGraph's prebuilt ReAct agent call the calculator in-process.
 Each K is measured on every side in turn, round after round, so that noise from the machine
 falls on all sides alike.
 
@@ -28,6 +30,7 @@ KS = (5, 20, 50)
 def side_runners(sides: Sides) -> dict[str, Callable[[int], Awaitable[None]]]:
     runners: dict[str, Callable[[int], Awaitable[None]]] = {
         "shuttle": sides.shuttle,
+        "shuttle_log": sides.shuttle_log,
         "bare": sides.bare,
     }
     if sides.langgraph is not None:

@@ -15,7 +15,8 @@ import openai
 from services.tools.builtins.calculator import Calculator
 from shuttle.envelope import type_name
 from shuttle.grpc_client import open_channel
-from shuttle.v1 import common_pb2, executor_pb2, executor_pb2_grpc
+from shuttle.log_follow import follow
+from shuttle.v1 import common_pb2, events_pb2_grpc, executor_pb2, executor_pb2_grpc
 from tests.support.stack import Stack
 
 from .model_server import ModelProcess, model_process
@@ -37,6 +38,8 @@ TOOLS: Any = [
     }
 ]
 LLM_TIMEOUT_SECONDS = 120.0
+FOLLOW_RETRY_SECONDS = 30.0
+TENANT = "bench"
 # Guards that add model calls would make the sides' call counts differ; the gateway's
 # per-client request limit would refuse a benchmark's many connections from one address.
 STACK_ENV = {
@@ -57,27 +60,38 @@ def run_request(k: int) -> executor_pb2.StartRunRequest:
     the planner, routing is one more structured model call per run (and against this scripted
     model, which never answers it in JSON, one per fallback level)."""
     return executor_pb2.StartRunRequest(
-        query=f"iterations={k}", tenant_id="bench", mode=common_pb2.MODE_STANDARD
+        query=f"iterations={k}", tenant_id=TENANT, mode=common_pb2.MODE_STANDARD
     )
 
 
 @dataclass
 class Sides:
-    """Shuttle (over ExecutorService.Run), the bare `openai` loop and LangGraph, if installed."""
+    """Shuttle (two ways of reading a run), the bare `openai` loop and LangGraph, if installed."""
 
     stack: Stack
-    channel: grpc.aio.Channel
+    channels: tuple[grpc.aio.Channel, ...]
     executor: executor_pb2_grpc.ExecutorServiceAsyncStub
+    events: events_pb2_grpc.EventServiceAsyncStub
     client: openai.AsyncOpenAI
     langgraph: Callable[[int], Awaitable[None]] | None
 
     async def shuttle(self, k: int) -> None:
-        request = run_request(k)
+        """ExecutorService.Run: the executor relays the run's log, one event per message."""
         last = ""
-        async for event in self.executor.Run(request):
+        async for event in self.executor.Run(run_request(k)):
             last = type_name(event.type)
-        if last != "STREAM_END":
-            raise RuntimeError(f"the run's stream ended with {last or 'nothing'}")
+        _check_ended(last)
+
+    async def shuttle_log(self, k: int) -> None:
+        """ExecutorService.StartRun, then the run's log read in batches from the events
+        service (EventService.StreamBatches), as the gateway reads it."""
+        started = await self.executor.StartRun(run_request(k))
+        last = ""
+        async for events in follow(
+            self.events, TENANT, started.workflow_id, 1, FOLLOW_RETRY_SECONDS
+        ):
+            last = type_name(events[-1].type)
+        _check_ended(last)
 
     async def bare(self, k: int) -> None:
         """The same conversation with the openai client alone: K tool rounds, answer, synthesis."""
@@ -102,8 +116,14 @@ class Sides:
             pass
 
     async def close(self) -> None:
-        await self.channel.close()
+        for channel in self.channels:
+            await channel.close()
         await self.client.close()
+
+
+def _check_ended(last_type: str) -> None:
+    if last_type != "STREAM_END":
+        raise RuntimeError(f"the run's stream ended with {last_type or 'nothing'}")
 
 
 def langgraph_runner(base_url: str) -> Callable[[int], Awaitable[None]] | None:
@@ -144,11 +164,13 @@ def scripted_stack(latency_seconds: float = 0.0) -> Iterator[tuple[ModelProcess,
 
 
 def open_sides(model: ModelProcess, stack: Stack, with_langgraph: bool = True) -> Sides:
-    channel = open_channel(f"127.0.0.1:{stack.grpc_ports['executor']}")
+    executor = open_channel(f"127.0.0.1:{stack.grpc_ports['executor']}")
+    events = open_channel(f"127.0.0.1:{stack.grpc_ports['events']}")
     return Sides(
         stack=stack,
-        channel=channel,
-        executor=executor_pb2_grpc.ExecutorServiceStub(channel),
+        channels=(executor, events),
+        executor=executor_pb2_grpc.ExecutorServiceStub(executor),
+        events=events_pb2_grpc.EventServiceStub(events),
         # As patient as the executor's client: with a thousand runs starting at once on two
         # cores, the SDK's default 5 s connect timeout fails the peer, not the model.
         client=openai.AsyncOpenAI(

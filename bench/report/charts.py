@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 COLOURS = {
     "shuttle": "#1f6feb",
+    "shuttle_log": "#54aeff",
     "bare": "#8b949e",
     "langgraph": "#d29922",
     "gateway": "#1f6feb",
@@ -21,7 +22,12 @@ COLOURS = {
     "tools": "#8250df",
     "planner": "#cf222e",
 }
-LABELS = {"shuttle": "Shuttle", "bare": "bare openai loop", "langgraph": "LangGraph"}
+LABELS = {
+    "shuttle": "Shuttle, Run",
+    "shuttle_log": "Shuttle, StartRun + StreamBatches",
+    "bare": "bare openai loop",
+    "langgraph": "LangGraph",
+}
 
 
 def _save(figure: Figure, path: Path) -> Path:
@@ -88,7 +94,7 @@ def react_concurrency(figures: dict[str, Any], path: Path) -> Path:
     figure = Figure(figsize=(7, 4))
     axes = figure.add_subplot()
     groups = [f"{r['count']:,} runs, K = {r['k']}" for r in rows]
-    sides = [s for s in ("shuttle", "bare") if all(s in r for r in rows)]
+    sides = [s for s in ("shuttle", "shuttle_log", "bare") if all(s in r for r in rows)]
     series = {s: [r[s]["x_ideal"]["median"] for r in rows] for s in sides}
     errors = {s: _below_above([r[s]["x_ideal"] for r in rows], "low", "high") for s in sides}
     _grouped_bars(axes, groups, series, errors)

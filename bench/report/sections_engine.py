@@ -10,7 +10,15 @@ from . import charts
 from .context import Context, missing
 from .markdown import number, spread, table
 
-SIDES = {"shuttle": "Shuttle", "bare": "bare `openai` loop", "langgraph": "LangGraph"}
+SIDES = {
+    "shuttle": "Shuttle, `Run`",
+    "shuttle_log": "Shuttle, `StartRun` + `StreamBatches`",
+    "bare": "bare `openai` loop",
+    "langgraph": "LangGraph",
+}
+SHUTTLE_SIDES = ("shuttle", "shuttle_log")
+"""Two ways of reading a run: the executor relays its log (`Run`), or the caller reads it
+from the events service in batches, as the gateway does."""
 
 
 def llm_overhead(ctx: Context) -> str:
@@ -61,17 +69,19 @@ def react_overhead(ctx: Context) -> str:
 ```
 
 Shuttle runs as its real processes (events, tools, planner, executor, gateway; SQLite,
-in-process hot tier) and each run is driven over `ExecutorService.Run` until `STREAM_END`,
-so an iteration includes the executor's bookkeeping, `ToolService.Execute` over gRPC, and
-five events committed to the log. Runs ask for the STANDARD mode, since the peers have no
-router (left to the planner, routing is one more model call per run), and the completion
-checklist is switched off, so that every side makes the same model calls (K tool rounds, an
-answer, and for Shuttle and the bare loop a streamed synthesis; LangGraph's prebuilt agent
-makes no synthesis call). The bare loop and
-LangGraph (`create_react_agent` with `langchain-openai`) call the calculator in-process. All
-three talk to one zero-latency scripted OpenAI-compatible server (a process of its own,
-`bench/model_server.py`); for each K the sides take
-turns run by run, so load from elsewhere falls on all of them alike. Figures are run time ÷ K:
+in-process hot tier), so an iteration includes the executor's bookkeeping,
+`ToolService.Execute` over gRPC, and five events committed to the log. Each run is read until
+`STREAM_END` in one of two ways: over `ExecutorService.Run`, where the executor relays the log
+one event per message, or with `StartRun` and then the log read in batches straight from the
+events service (`EventService.StreamBatches`), as the gateway reads it. Runs ask for the
+STANDARD mode, since the peers have no router (left to the planner, routing is one more model
+call per run), and the completion checklist is switched off, so that every side makes the
+same model calls (K tool rounds, an answer, and for Shuttle and the bare loop a streamed
+synthesis; LangGraph's prebuilt agent makes no synthesis call). The bare loop and LangGraph
+(`create_react_agent` with `langchain-openai`) call the calculator in-process. All sides talk
+to one zero-latency scripted OpenAI-compatible server (a process of its own,
+`bench/model_server.py`); for each K the sides take turns run by run, so load from elsewhere
+falls on all of them alike. Figures are run time ÷ K:
 median (p25–p75) of {runs} runs.
 """
     if figures is None:
@@ -79,17 +89,14 @@ median (p25–p75) of {runs} runs.
     per_iteration: dict[str, dict[str, Any]] = figures["per_iteration_ms"]
     names = list(per_iteration)
     rows = []
+    ours = [n for n in SHUTTLE_SIDES if n in per_iteration] if "bare" in per_iteration else []
     for k in figures["ks"]:
         cells = [str(k)] + [spread(per_iteration[n][str(k)]) for n in names]
-        if "bare" in per_iteration:
-            extra = (
-                per_iteration["shuttle"][str(k)]["median"] - per_iteration["bare"][str(k)]["median"]
-            )
-            cells.append(number(extra, 2))
+        bare = per_iteration["bare"][str(k)]["median"] if ours else 0.0
+        cells += [number(per_iteration[n][str(k)]["median"] - bare, 2) for n in ours]
         rows.append(cells)
     headers = ["K tool iterations", *(f"{SIDES.get(n, n)} ms/iter" for n in names)]
-    if "bare" in per_iteration:
-        headers.append("Shuttle − bare")
+    headers += [f"{SIDES[n]} − bare" for n in ours]
     fits = figures["fit"]
     fit_rows = [
         [SIDES.get(n, n), number(f["per_iteration_ms"], 2), number(f["fixed_ms"], 1)]
@@ -141,7 +148,7 @@ runs: median (min–max) over {settings.get("repeats", "N")} trial(s); larger co
         return head + "\n" + missing("react_concurrency")
     rows = []
     for r in figures["rows"]:
-        for side in ("shuttle", "bare"):
+        for side in (*SHUTTLE_SIDES, "bare"):
             if side not in r:
                 continue
             s = r[side]
@@ -175,9 +182,34 @@ runs: median (min–max) over {settings.get("repeats", "N")} trial(s); larger co
 {table(headers, rows, "rrrlrrrr")}
 {_failures(figures["rows"])}
 {chart}
-
+{_busiest(figures["rows"])}
 {_cpu_per_run(ctx)}
 """
+
+
+def _busiest(rows: list[dict[str, Any]]) -> str:
+    """Each process's CPU over the last trial at 100 runs: which one sets the pace."""
+    row = next((r for r in rows if r["count"] == 100), None)
+    if row is None:
+        return ""
+    lines = []
+    for side in (*SHUTTLE_SIDES, "bare"):
+        trial = row[side]["trials"][-1] if side in row else None
+        if trial is None or "cpu_s" not in trial:
+            continue
+        wall = trial["wall_s"]
+        used = ", ".join(
+            f"{name} {number(seconds, 2)} s ({seconds / wall * 100:.0f} % of a core)"
+            for name, seconds in trial["cpu_s"].items()
+            if seconds >= 0.005
+        )
+        lines.append(f"- {SIDES[side]}, {number(wall, 2)} s: {used}")
+    if not lines:
+        return ""
+    return (
+        '\nCPU each process used during the last trial of 100 runs ("clients" is the '
+        "benchmark's own process, where either side's callers run):\n\n" + "\n".join(lines) + "\n"
+    )
 
 
 def _cpu_per_run(ctx: Context) -> str:
@@ -214,7 +246,7 @@ def _failures(rows: list[dict[str, Any]]) -> str:
     """What the failed runs said, so a failure count is never a bare number."""
     notes = []
     for r in rows:
-        for side in ("shuttle", "bare"):
+        for side in (*SHUTTLE_SIDES, "bare"):
             s = r.get(side)
             if not s or not s["failed"]:
                 continue

@@ -62,7 +62,7 @@ def test_every_section_and_chart_is_rendered(rendered: tuple[Path, Path]) -> Non
 def test_the_machine_its_load_and_the_quick_sizes_are_stated(rendered: tuple[Path, Path]) -> None:
     doc, _ = rendered
     text = doc.read_text()
-    machine = json.loads((RESULTS / "react_overhead.json").read_text())["machine"]
+    machine = json.loads((RESULTS / "llm_overhead.json").read_text())["machine"]
 
     assert f"{machine['cpus']} CPUs" in text
     assert f"Python {machine['python']}" in text
@@ -101,6 +101,32 @@ def test_the_cpu_per_run_is_reported_from_its_own_figures(rendered: tuple[Path, 
     assert "| planner | 0.0 |" not in text  # a process with no CPU in such runs is left out
     hundred = figures["cpu_ms_per_run_total"] / 10
     assert f"{hundred:,.1f} s of CPU, {hundred / 2:,.1f} s of both cores" in " ".join(text.split())
+
+
+def test_both_ways_of_reading_a_run_and_the_cpu_of_each_process_are_reported(
+    rendered: tuple[Path, Path],
+) -> None:
+    doc, _ = rendered
+    text = " ".join(doc.read_text().split())
+    overhead = json.loads((RESULTS / "react_overhead.json").read_text())["figures"]
+    per_iteration = overhead["per_iteration_ms"]
+    added = [
+        per_iteration["shuttle_log"][str(k)]["median"] - per_iteration["bare"][str(k)]["median"]
+        for k in overhead["ks"]
+    ]
+    assert (
+        "read with StartRun + StreamBatches, added " + " / ".join(f"{a:,.2f}" for a in added)
+        in text
+    )
+    assert "| Shuttle, `StartRun` + `StreamBatches` \u2212 bare |" in text
+
+    concurrency = json.loads((RESULTS / "react_concurrency.json").read_text())["figures"]
+    hundred = next(r for r in concurrency["rows"] if r["count"] == 100)
+    trial = hundred["shuttle_log"]["trials"][-1]
+    executor = trial["cpu_s"]["executor"]
+    share = executor / trial["wall_s"] * 100
+    assert f"executor {executor:,.2f} s ({share:.0f} % of a core)" in text
+    assert f"{hundred['shuttle_log']['x_ideal']['median']:,.2f}\u00d7 with StartRun" in text
 
 
 def test_a_benchmark_without_results_is_named_not_fatal(tmp_path: Path) -> None:
