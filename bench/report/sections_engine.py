@@ -137,8 +137,11 @@ def react_concurrency(ctx: Context) -> str:
 Every model call waits {latency_ms:.0f} ms before it answers, so a run of K tool rounds ideally
 takes (K + 2) × {latency_ms:.0f} ms however many run at once. All runs start together; wall is
 until the last one's `STREAM_END`. Shuttle is the five processes on the embedded defaults
-(SQLite, in-process hot tier), runs in the STANDARD mode as above; the peer is the same
-conversation with a bare `openai` client.
+(SQLite, in-process hot tier), runs in the STANDARD mode as above, read both ways; the peer
+is the same conversation with a bare `openai` client. The executor calls the model through
+the same SDK on its aiohttp transport (`SHUTTLE_LLM_HTTP_CLIENT`, the default); the bare
+client keeps the SDK's default, httpx, whose pool walks every open connection on each
+request and each response (`SHUTTLE_LLM_HTTP_CLIENT=httpx` measures Shuttle on it too).
 The scripted model server (its own process), the peer and every Shuttle process share the
 same two cores, so the bare loop's figure is also what this machine manages with no Shuttle
 at all. Up to 100
