@@ -127,11 +127,13 @@ async def test_models_use_the_configured_http_client_and_the_registry_closes_the
     server: ScriptedOpenAI, setting: HttpClientKind
 ) -> None:
     settings = Settings(openai_base_url=server.base_url, llm_http_client=setting)
-    registry = build_registry(settings).traced()
-    llm = registry.default
+    untraced = build_registry(settings)
+    model = untraced.default
+    assert isinstance(model, OpenAIModel)
+    registry = untraced.traced()  # as the services hold it
     server.script(text("hello"))
-    assert (await llm.chat([{"role": "user", "content": "hi"}])).content == "hello"
-    client = llm._endpoint.client
+    assert (await registry.default.chat([{"role": "user", "content": "hi"}])).content == "hello"
+    client = model._endpoint.client
     # The SDK's HTTP client, as configured (its aiohttp client is no httpx one, nor the reverse).
     for kind, sdk_client in SDK_CLIENTS.items():
         assert isinstance(client._client, sdk_client) == (kind == setting)
