@@ -237,6 +237,10 @@ class OpenAIModel:
         except openai.OpenAIError as exc:
             if is_context_overflow(exc):
                 raise ContextOverflowError(f"{model}: context window exceeded: {exc}") from exc
+            unreachable = _connection_failure(exc)
+            if unreachable is not None:
+                base_url = self._endpoint.client.base_url
+                raise LLMError(f"{model}: cannot reach {base_url}: {unreachable}") from exc
             raise LLMError(f"{model}: {exc}") from exc
 
     async def _resolved_model(self) -> str:
@@ -346,6 +350,23 @@ class OpenAIChatStream:
             provider=self._llm.provider,
             duration_ms=int((time.monotonic() - started) * 1000),
         )
+
+
+def _connection_failure(exc: BaseException) -> OSError | None:
+    """The socket error under a failed call (refused, reset, unknown host), if that is what
+    failed. The SDK says only "Connection error.", and on aiohttp a refused connection even
+    comes back as "Request timed out."."""
+    if not isinstance(exc, openai.APIConnectionError):
+        return None
+    found: OSError | None = None
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
+            found = cause  # the innermost wins: the system's own words
+        cause = cause.__cause__ or cause.__context__
+    return found
 
 
 def _excerpt(response: Any) -> str:

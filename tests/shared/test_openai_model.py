@@ -12,6 +12,7 @@ from shuttle.llm.openai_model import HttpClientKind, ModelOptions, OpenAIModel
 from shuttle.llm.protocol import LLMError
 from shuttle.settings import Settings
 from tests.support.scripted_openai import Reply, ScriptedOpenAI, error, text
+from tests.support.stack import free_ports
 
 
 @pytest.fixture
@@ -139,3 +140,20 @@ async def test_models_use_the_configured_http_client_and_the_registry_closes_the
         assert isinstance(client._client, sdk_client) == (kind == setting)
     await registry.close()
     assert client.is_closed()
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+async def test_an_endpoint_that_refuses_connections_is_named_not_called_slow(
+    kind: HttpClientKind,
+) -> None:
+    [port] = free_ports(1)  # nothing listens there
+    llm = OpenAIModel(
+        f"http://127.0.0.1:{port}/v1", "k", "m", 10, 1, options=ModelOptions(http_client=kind)
+    )
+    with pytest.raises(LLMError) as failed:
+        await llm.chat([{"role": "user", "content": "hi"}])
+    message = str(failed.value)
+    assert f"cannot reach http://127.0.0.1:{port}/v1" in message
+    assert "refused" in message.lower() or "connect call failed" in message.lower()
+    assert "timed out" not in message
+    await llm.close()
