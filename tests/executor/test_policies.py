@@ -17,6 +17,7 @@ from services.executor.engine.conversation import Conversation
 from services.executor.engine.json_actions import extract_json_object, parse_action
 from services.executor.engine.observations import model_observation
 from services.executor.engine.synthesis import ToolStep, budget_answer
+from services.executor.engine.tokens import estimate_entries, estimate_messages, estimate_tools
 from services.executor.follower import LogCommand
 from services.executor.policies.budget import BudgetCheck, TokenBudget
 from services.executor.policies.checklist import CompletionChecklist
@@ -199,6 +200,38 @@ async def test_truncation_never_separates_tool_results_from_their_call() -> None
         if role == "tool":
             assert roles[index - 1] in ("assistant", "tool")
     assert conversation.messages[1]["content"].startswith("the question")
+
+
+async def test_the_guard_counts_what_the_model_is_sent() -> None:
+    """Entries are counted once each and the schemas once per run; the guard's figures must
+    still be the estimate of the messages and schemas as the model is sent them."""
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "lookup", "description": "Ünïcode " * 20, "parameters": {}},
+        }
+    ]
+    conversation = Conversation()
+    conversation.add_user("question " * 40, pinned=True)
+    guard = ContextGuard(DemoModel(), budget_tokens=400, keep_recent=2)
+    compactions = 0
+    for i in range(6):
+        call = {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": "lookup", "arguments": "{}"},
+        }
+        conversation.add({"role": "assistant", "content": None, "tool_calls": [call]})
+        conversation.add({"role": "tool", "tool_call_id": f"c{i}", "content": "数据" * 30})
+        compaction = await guard.fit(conversation, tools, Situation(tool_calls=i + 1))
+        sent = estimate_messages(conversation.messages, tools)
+        assert estimate_entries(conversation.entries, estimate_tools(tools)) == sent
+        if compaction is None:
+            assert sent <= 400
+        else:
+            compactions += 1
+            assert compaction.tokens_after == sent
+    assert compactions > 0
 
 
 def test_artifacts_reach_the_model_only_as_summaries() -> None:

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from shuttle.llm.protocol import Message
+from shuttle.llm.tokens import estimate_message_tokens
 
 
-@dataclass
+@dataclass(frozen=True)
 class Entry:
     message: Message
+    """Complete when added, never changed after (a clipped message is a new entry)."""
     pinned: bool = False
+
+    @cached_property
+    def tokens(self) -> int:
+        """The message's estimated size, counted once: the context guard sums the whole
+        conversation before every model call."""
+        return estimate_message_tokens((self.message,))
 
 
 @dataclass

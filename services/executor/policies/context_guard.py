@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from services.executor.engine.conversation import Conversation, Entry
-from services.executor.engine.tokens import estimate_messages
+from services.executor.engine.tokens import estimate_entries, estimate_tools
 from shuttle.llm.protocol import LLM, ChatResult, LLMError, Message, ToolSchema
 
 COMPACT_PROMPT = (
@@ -65,12 +65,15 @@ class ContextGuard:
         self._llm = llm
         self._budget = budget_tokens
         self._keep_recent = keep_recent
+        self._tools: Sequence[ToolSchema] = ()
+        self._tool_tokens = 0
 
     async def fit(
         self, conversation: Conversation, tools: Sequence[ToolSchema], situation: Situation
     ) -> Compaction | None:
         """Compact `conversation` in place when over budget; what was done, or None."""
-        before = estimate_messages(conversation.messages, tools)
+        tool_tokens = self._tokens_of(tools)
+        before = estimate_entries(conversation.entries, tool_tokens)
         if before <= self._budget:
             return None
         original = len(conversation)
@@ -83,17 +86,17 @@ class ContextGuard:
         if summary_call is not None and summary_call.content.strip():
             summary = Entry({"role": "user", "content": SUMMARY_PREFIX + summary_call.content})
             candidate = [*head, *_summarised(middle, summary), *tail]
-            if estimate_messages([e.message for e in candidate], tools) <= self._budget:
+            if estimate_entries(candidate, tool_tokens) <= self._budget:
                 entries, method = candidate, "summary"
         if method == "truncate":
-            entries = self._truncate(entries, tools)
+            entries = self._truncate(entries, tool_tokens)
         conversation.replace(entries)
         return Compaction(
             method=method,
             original_messages=original,
             kept_messages=len(entries),
             tokens_before=before,
-            tokens_after=estimate_messages(conversation.messages, tools),
+            tokens_after=estimate_entries(conversation.entries, tool_tokens),
             summary_call=summary_call,
         )
 
@@ -119,12 +122,19 @@ class ContextGuard:
         except LLMError:
             return None
 
-    def _truncate(self, entries: list[Entry], tools: Sequence[ToolSchema]) -> list[Entry]:
+    def _tokens_of(self, tools: Sequence[ToolSchema]) -> int:
+        # A run offers the same schema list before every call: encoding it once per run
+        # keeps the guard's cost from growing with the tool catalogue.
+        if tools is not self._tools:
+            self._tools, self._tool_tokens = tools, estimate_tools(tools)
+        return self._tool_tokens
+
+    def _truncate(self, entries: list[Entry], tool_tokens: int) -> list[Entry]:
         """Drop the oldest unpinned, non-system messages, then clip long contents."""
         kept = list(entries)
 
         def over() -> bool:
-            return estimate_messages([e.message for e in kept], tools) > self._budget
+            return estimate_entries(kept, tool_tokens) > self._budget
 
         while over():
             index = next(
