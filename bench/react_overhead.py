@@ -1,4 +1,4 @@
-"""What the ReAct engine costs per tool iteration, beside a bare `openai` loop and LangGraph.
+"""What the ReAct engine costs per tool iteration, beside bare loops and LangGraph.
 
 All sides talk to the same zero-latency scripted OpenAI-compatible server, which asks for K
 calculator calls and then answers. Shuttle runs as its real processes (events, tools,
@@ -6,7 +6,8 @@ planner, executor, gateway), so every iteration includes the executor's bookkeep
 tools service over gRPC and the event log. Shuttle is measured read two ways, until
 STREAM_END: over ExecutorService.Run, which relays the log one event per message, and with
 StartRun plus the log read in batches from the events service, as the gateway reads it.
-The bare loop and LangGraph's prebuilt ReAct agent call the calculator in-process.
+The bare loop (on the `openai` client, and on the model client the executor uses) and
+LangGraph's prebuilt ReAct agent call the calculator in-process.
 Each K is measured on every side in turn, round after round, so that noise from the machine
 falls on all sides alike.
 
@@ -32,6 +33,7 @@ def side_runners(sides: Sides) -> dict[str, Callable[[int], Awaitable[None]]]:
         "shuttle": sides.shuttle,
         "shuttle_log": sides.shuttle_log,
         "bare": sides.bare,
+        "client_loop": sides.client_loop,
     }
     if sides.langgraph is not None:
         runners["langgraph"] = sides.langgraph

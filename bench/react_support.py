@@ -1,4 +1,4 @@
-"""The scripted model, the three sides and the stack the ReAct benchmarks share."""
+"""The scripted model, the sides and the stack the ReAct benchmarks share."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import openai
 from services.tools.builtins.calculator import Calculator
 from shuttle.envelope import type_name
 from shuttle.grpc_client import open_channel
+from shuttle.llm.openai_model import OpenAIModel
 from shuttle.log_follow import follow
 from shuttle.v1 import common_pb2, events_pb2_grpc, executor_pb2, executor_pb2_grpc
 from tests.support.stack import Stack
@@ -66,13 +67,15 @@ def run_request(k: int) -> executor_pb2.StartRunRequest:
 
 @dataclass
 class Sides:
-    """Shuttle (two ways of reading a run), the bare `openai` loop and LangGraph, if installed."""
+    """Shuttle (two ways of reading a run), the bare loop on the `openai` client and on
+    Shuttle's own model client, and LangGraph, if installed."""
 
     stack: Stack
     channels: tuple[grpc.aio.Channel, ...]
     executor: executor_pb2_grpc.ExecutorServiceAsyncStub
     events: events_pb2_grpc.EventServiceAsyncStub
     client: openai.AsyncOpenAI
+    model_client: OpenAIModel
     langgraph: Callable[[int], Awaitable[None]] | None
 
     async def shuttle(self, k: int) -> None:
@@ -115,10 +118,41 @@ class Sides:
         async for _ in stream:
             pass
 
+    async def client_loop(self, k: int) -> None:
+        """The same conversation as `bare`, on the model client the executor calls the model
+        with: what the model calls cost Shuttle, with no engine, services or log around them."""
+        messages: list[dict[str, Any]] = [{"role": "user", "content": f"iterations={k}"}]
+        while True:
+            result = await self.model_client.chat(messages, TOOLS)
+            if not result.tool_calls:
+                break
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": result.content,
+                    "tool_calls": [
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments},
+                        }
+                        for call in result.tool_calls
+                    ],
+                }
+            )
+            for call in result.tool_calls:
+                observation = await CALCULATOR.run({"expression": f"{len(messages)}+1"})
+                messages.append(
+                    {"role": "tool", "tool_call_id": call.id, "content": observation.text}
+                )
+        async for _ in self.model_client.stream_chat(messages):
+            pass
+
     async def close(self) -> None:
         for channel in self.channels:
             await channel.close()
         await self.client.close()
+        await self.model_client.close()
 
 
 def _check_ended(last_type: str) -> None:
@@ -175,6 +209,9 @@ def open_sides(model: ModelProcess, stack: Stack, with_langgraph: bool = True) -
         # cores, the SDK's default 5 s connect timeout fails the peer, not the model.
         client=openai.AsyncOpenAI(
             base_url=model.base_url, api_key="bench", max_retries=0, timeout=LLM_TIMEOUT_SECONDS
+        ),
+        model_client=OpenAIModel(
+            model.base_url, "bench", "scripted-model", LLM_TIMEOUT_SECONDS, max_retries=0
         ),
         langgraph=langgraph_runner(model.base_url) if with_langgraph else None,
     )
