@@ -4,8 +4,9 @@ Every model call waits LATENCY before it answers, so one run of K tool rounds id
 (K + 2) x LATENCY however many run at once (K rounds, the answer, the streamed synthesis).
 Shuttle runs as its five processes (SQLite, in-process hot tier), each run read until
 STREAM_END over ExecutorService.Run, and again with StartRun plus EventService.StreamBatches
-(the gateway's way); the peer is the same conversation with a bare `openai`
-client in this process. The scripted model server shares this machine with both.
+(the gateway's way); the peers are the same conversation in this process with a bare
+`openai` client and with the model client the executor uses. The scripted model server shares
+this machine with all of them.
 
     .venv/bin/python -m bench.react_concurrency [--counts 100 1000] [--quick] [--json PATH]
 """
@@ -80,6 +81,7 @@ async def main(args: argparse.Namespace) -> None:
             await sides.shuttle(1)  # warm-up
             await sides.shuttle_log(1)
             await sides.bare(1)
+            await sides.client_loop(1)
             for count in counts:
                 k = args.k if args.k is not None else (3 if count <= 100 else 1)
                 ideal = calls_per_run(k) * LATENCY_SECONDS
@@ -90,6 +92,7 @@ async def main(args: argparse.Namespace) -> None:
                     "shuttle": sides.shuttle,
                     "shuttle_log": sides.shuttle_log,
                     "bare": sides.bare,
+                    "client_loop": sides.client_loop,
                 }
                 results: dict[str, list[dict[str, Any]]] = {name: [] for name in sides_by_name}
                 for _ in range(times):

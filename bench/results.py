@@ -12,6 +12,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,9 +85,26 @@ def memory_total_bytes() -> int:
     return 0
 
 
+REFERENCE_LOOP_ADDITIONS = 2_000_000
+
+
+def reference_loop_ms() -> float:
+    """How fast this machine runs plain Python: the best of three timings of a fixed loop.
+    Machines of the same description differ by twofold or more, and so do all the figures."""
+    timings = []
+    for _ in range(3):
+        started = time.perf_counter()
+        total = 0
+        for i in range(REFERENCE_LOOP_ADDITIONS):
+            total += i
+        timings.append((time.perf_counter() - started) * 1000)
+    return min(timings)
+
+
 def machine() -> dict[str, Any]:
     """Where and when the figures were measured."""
     return {
+        "reference_loop_ms": reference_loop_ms(),
         "cpus": os.cpu_count() or 0,
         "memory_bytes": memory_total_bytes(),
         "python": platform.python_version(),

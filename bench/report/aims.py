@@ -127,12 +127,17 @@ def _concurrency(results: Results) -> Judgement:
         return Judgement(aim, "—", None)
     ours = rows[0]["shuttle"]
     x_ideal = ours["x_ideal"]["median"]
-    bare = rows[0].get("bare", {}).get("x_ideal", {}).get("median")
     measured = f"{number(x_ideal, 2)}× over Run"
     if "shuttle_log" in rows[0]:
         read_from_log = rows[0]["shuttle_log"]["x_ideal"]["median"]
         measured += f", {number(read_from_log, 2)}× with StartRun + StreamBatches"
-    measured += f" (bare loop {number(bare, 2)}×)"
+    peers = [
+        f"{label} {number(rows[0][side]['x_ideal']['median'], 2)}×"
+        for side, label in (("bare", "bare loop"), ("client_loop", "on Shuttle's model client"))
+        if side in rows[0]
+    ]
+    if peers:
+        measured += f" ({'; '.join(peers)})"
     return Judgement(aim, measured, x_ideal <= 1.2 and ours["failed"] == 0)
 
 

@@ -112,7 +112,9 @@ def react_concurrency(figures: dict[str, Any], path: Path) -> Path:
     figure = Figure(figsize=(7, 4))
     axes = figure.add_subplot()
     groups = [f"{r['count']:,} runs, K = {r['k']}" for r in rows]
-    sides = [s for s in ("shuttle", "shuttle_log", "bare") if all(s in r for r in rows)]
+    sides = [
+        s for s in ("shuttle", "shuttle_log", "bare", "client_loop") if all(s in r for r in rows)
+    ]
     series = {s: [r[s]["x_ideal"]["median"] for r in rows] for s in sides}
     errors = {s: _below_above([r[s]["x_ideal"] for r in rows], "low", "high") for s in sides}
     _grouped_bars(axes, groups, series, errors)

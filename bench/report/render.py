@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..results import REFERENCE_LOOP_ADDITIONS
 from . import sections_engine, sections_events
 from .aims import aims_table
 from .context import Context
@@ -41,6 +42,13 @@ def machine_line(machines: list[dict[str, Any]]) -> str:
         f"Python {first['python']}, {first['system']} ({first['processor']}), PostgreSQL and "
         "Redis on the same host."
     )
+    speeds = [m["reference_loop_ms"] for m in machines if "reference_loop_ms" in m]
+    if speeds:
+        line += (
+            f" A reference loop of {REFERENCE_LOOP_ADDITIONS:,} integer additions in plain "
+            f"Python took {number(min(speeds), 0)}–{number(max(speeds), 0)} ms (compare it "
+            "before comparing figures across machines)."
+        )
     if all("other_cpus" in m for m in machines):
         others = [m["other_cpus"] for m in machines]
         return (

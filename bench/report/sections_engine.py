@@ -22,6 +22,8 @@ BASELINE_SHORT = {"client_loop": "model-client loop", "bare": "bare"}
 SHUTTLE_SIDES = ("shuttle", "shuttle_log")
 """Two ways of reading a run: the executor relays its log (`Run`), or the caller reads it
 from the events service in batches, as the gateway does."""
+PEER_LOOPS = ("bare", "client_loop")
+"""The same conversation without Shuttle, on the `openai` client and on Shuttle's own."""
 
 
 def llm_overhead(ctx: Context) -> str:
@@ -151,21 +153,22 @@ def react_concurrency(ctx: Context) -> str:
 Every model call waits {latency_ms:.0f} ms before it answers, so a run of K tool rounds ideally
 takes (K + 2) × {latency_ms:.0f} ms however many run at once. All runs start together; wall is
 until the last one's `STREAM_END`. Shuttle is the five processes on the embedded defaults
-(SQLite, in-process hot tier), runs in the STANDARD mode as above, read both ways; the peer
-is the same conversation with a bare `openai` client. The executor calls the model through
-the same SDK on its aiohttp transport (`SHUTTLE_LLM_HTTP_CLIENT`, the default); the bare
-client keeps the SDK's default, httpx, whose pool walks every open connection on each
-request and each response (`SHUTTLE_LLM_HTTP_CLIENT=httpx` measures Shuttle on it too).
-The scripted model server (its own process), the peer and every Shuttle process share the
-same two cores, so the bare loop's figure is also what this machine manages with no Shuttle
-at all. Up to 100
+(SQLite, in-process hot tier), runs in the STANDARD mode as above, read both ways; the peers
+are the same conversation with a bare `openai` client and with Shuttle's own model client.
+The executor calls the model through the same SDK on its aiohttp transport
+(`SHUTTLE_LLM_HTTP_CLIENT`, the default), as the second peer does; the bare `openai` client
+keeps the SDK's default, httpx, whose pool walks every open connection on each request and
+each response (`SHUTTLE_LLM_HTTP_CLIENT=httpx` measures Shuttle on it too). The scripted
+model server (its own process), the peers and every Shuttle process share the same two
+cores, so the loop on Shuttle's model client shows what this machine manages with no engine,
+services or log at all. Up to 100
 runs: median (min–max) over {settings.get("repeats", "N")} trial(s); larger counts run once.
 """
     if figures is None:
         return head + "\n" + missing("react_concurrency")
     rows = []
     for r in figures["rows"]:
-        for side in (*SHUTTLE_SIDES, "bare"):
+        for side in (*SHUTTLE_SIDES, *PEER_LOOPS):
             if side not in r:
                 continue
             s = r[side]
@@ -210,7 +213,7 @@ def _busiest(rows: list[dict[str, Any]]) -> str:
     if row is None:
         return ""
     lines = []
-    for side in (*SHUTTLE_SIDES, "bare"):
+    for side in (*SHUTTLE_SIDES, *PEER_LOOPS):
         trial = row[side]["trials"][-1] if side in row else None
         if trial is None or "cpu_s" not in trial:
             continue
@@ -263,7 +266,7 @@ def _failures(rows: list[dict[str, Any]]) -> str:
     """What the failed runs said, so a failure count is never a bare number."""
     notes = []
     for r in rows:
-        for side in (*SHUTTLE_SIDES, "bare"):
+        for side in (*SHUTTLE_SIDES, *PEER_LOOPS):
             s = r.get(side)
             if not s or not s["failed"]:
                 continue

@@ -72,6 +72,22 @@ def test_the_machine_its_load_and_the_quick_sizes_are_stated(rendered: tuple[Pat
     assert "Other work kept this machine busy" in text
 
 
+def test_the_machine_speed_is_stated_when_measured(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+    for index, saved in enumerate(sorted(results.glob("*.json"))):
+        document = json.loads(saved.read_text())
+        document["machine"]["reference_loop_ms"] = 120.0 + index
+        saved.write_text(json.dumps(document))
+    last = 120 + len(list(results.glob("*.json"))) - 1
+
+    code, doc, _ = render(tmp_path, results)
+
+    assert code == 0
+    text = " ".join(doc.read_text().split())
+    assert f"2,000,000 integer additions in plain Python took 120\N{EN DASH}{last} ms" in text
+
+
 def test_aims_are_judged_from_the_figures(rendered: tuple[Path, Path]) -> None:
     doc, _ = rendered
     rows = {
@@ -128,6 +144,8 @@ def test_both_ways_of_reading_a_run_and_the_cpu_of_each_process_are_reported(
     share = executor / trial["wall_s"] * 100
     assert f"executor {executor:,.2f} s ({share:.0f} % of a core)" in text
     assert f"{hundred['shuttle_log']['x_ideal']['median']:,.2f}\u00d7 with StartRun" in text
+    lean_peer = hundred["client_loop"]["x_ideal"]["median"]
+    assert f"on Shuttle's model client {lean_peer:,.2f}\u00d7" in text
 
 
 def _react_verdict(tmp_path: Path, added_ms: dict[int, float]) -> str:
