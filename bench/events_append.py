@@ -133,8 +133,10 @@ async def bench_backend(
     backend: Backend, data_dir: Path, args: argparse.Namespace
 ) -> dict[str, object]:
     total = args.workflows * args.batches * args.batch
-    async with events_service(backend, data_dir) as stub:
-        appended, delivered = await shuttle_run(stub, args.workflows, args.batches, args.batch)
+    async with events_service(backend, data_dir) as served:
+        appended, delivered = await shuttle_run(
+            served.stub, args.workflows, args.batches, args.batch
+        )
     peer = await peer_run(backend.database_url, args.workflows, args.batches, args.batch)
     print(
         f"{backend.label:<18} {total:>8} {total / appended:>14,.0f} {total / delivered:>14,.0f}"

@@ -25,9 +25,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +45,19 @@ from shuttle.db import create_engine
 from shuttle.envelope import type_value
 from shuttle.grpc_client import tenant_metadata
 from shuttle.paced_signal import DEFAULT_SECONDS_PER_WAITER
-from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
+from shuttle.v1 import common_pb2, events_pb2
 
-from .events_support import Backend, backends, events_service, fanout_peer, paced, percentile
+from .events_support import (
+    Backend,
+    Served,
+    backends,
+    events_service,
+    fanout_peer,
+    paced,
+    percentile,
+)
 from .producer import AppendRefused, Producer
-from .results import add_common_arguments, latency_summary, save
+from .results import add_common_arguments, cpu_seconds, latency_summary, save
 
 TENANT_ID = "bench"
 TENANT = tenant_metadata(TENANT_ID)
@@ -62,8 +72,41 @@ BATCHED = False
 # The bare gRPC fan-out (bench/grpc_fanout_peer.py), waking its readers as the events service
 # does, and on every append.
 PEERS = [("bare grpc", DEFAULT_SECONDS_PER_WAITER), ("bare grpc, unpaced", 0.0)]
-Runner = Callable[[int, float, int], Awaitable[tuple[list[float], float, int]]]
-"""Latencies in ms, the emit rate actually reached (events/s), and how many appends failed."""
+
+
+@dataclass
+class Trial:
+    latencies: list[float]
+    """In ms, one per event and subscriber."""
+    reached: float
+    """The emit rate actually reached, events/s."""
+    failed: int = 0
+    """Appends that failed."""
+    busy: dict[str, float] = field(default_factory=dict)
+    """Share of a core each process used while the events were emitted and read: "bench" is
+    this process (producer and subscribers), "server" the one serving them."""
+
+
+Runner = Callable[[int, float, int], Awaitable[Trial]]
+
+
+class BusyMeter:
+    """CPU each process used from `start` to `stop`, as a share of one core over that time."""
+
+    def __init__(self, server_pid: int | None = None) -> None:
+        self._pids = {"bench": os.getpid()} | ({"server": server_pid} if server_pid else {})
+        self._cpu: dict[str, float] = {}
+        self._started = 0.0
+
+    def start(self) -> None:
+        self._cpu = {name: cpu_seconds(pid) for name, pid in self._pids.items()}
+        self._started = time.perf_counter()
+
+    def stop(self) -> dict[str, float]:
+        wall = time.perf_counter() - self._started
+        return {
+            name: (cpu_seconds(pid) - self._cpu[name]) / wall for name, pid in self._pids.items()
+        }
 
 
 def stamp() -> str:
@@ -75,7 +118,7 @@ def since(payload_json: str) -> float:
     return (time.perf_counter_ns() - sent) / 1e6
 
 
-async def peer(subscribers: int, rate: float, count: int) -> tuple[list[float], float, int]:
+async def peer(subscribers: int, rate: float, count: int) -> Trial:
     queues: list[asyncio.Queue[str]] = [asyncio.Queue() for _ in range(subscribers)]
     latencies: list[float] = []
 
@@ -84,6 +127,8 @@ async def peer(subscribers: int, rate: float, count: int) -> tuple[list[float], 
             latencies.append(since(await queue.get()))
 
     consumers = [asyncio.create_task(consume(queue)) for queue in queues]
+    busy = BusyMeter()
+    busy.start()
     started = time.perf_counter()
     async for _ in paced(rate, count):
         payload = stamp()
@@ -91,11 +136,11 @@ async def peer(subscribers: int, rate: float, count: int) -> tuple[list[float], 
             queue.put_nowait(payload)
     reached = count / (time.perf_counter() - started)
     await asyncio.gather(*consumers)
-    return latencies, reached, 0
+    return Trial(latencies, reached, busy=busy.stop())
 
 
 def log_runner(data_dir: Path) -> Runner:
-    async def run(subscribers: int, rate: float, count: int) -> tuple[list[float], float, int]:
+    async def run(subscribers: int, rate: float, count: int) -> Trial:
         engine = create_engine(f"sqlite+aiosqlite:///{data_dir / f'log-{subscribers}.db'}")
         await migrate(engine)
         log = EventLog(SqlEventStore(engine), MemoryHotTier())
@@ -112,6 +157,8 @@ def log_runner(data_dir: Path) -> Runner:
 
         consumers = [asyncio.create_task(consume()) for _ in range(subscribers)]
         await ready.wait()
+        busy = BusyMeter()
+        busy.start()
         started = time.perf_counter()
         appends: list[asyncio.Task[list[int]]] = []
         async for _ in paced(rate, count):
@@ -123,14 +170,17 @@ def log_runner(data_dir: Path) -> Runner:
         await asyncio.gather(*appends)
         await log.append(workflow_id, "bench", [NewEvent("WORKFLOW_COMPLETED")])
         await asyncio.gather(*consumers)
+        measured = Trial(latencies, reached, busy=busy.stop())
         await engine.dispose()
-        return latencies, reached, 0
+        return measured
 
     return run
 
 
-def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub, producer: Producer) -> Runner:
-    async def run(subscribers: int, rate: float, count: int) -> tuple[list[float], float, int]:
+def grpc_runner(served: Served, producer: Producer) -> Runner:
+    stub = served.stub
+
+    async def run(subscribers: int, rate: float, count: int) -> Trial:
         created = await stub.CreateWorkflow(events_pb2.CreateWorkflowRequest(), metadata=TENANT)
         workflow_id = created.workflow_id
         latencies: list[float] = []
@@ -167,6 +217,8 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub, producer: Producer)
             )
         )
         await asyncio.wait_for(all_open.wait(), timeout=300)
+        busy = BusyMeter(served.pid)
+        busy.start()
         started = time.perf_counter()
 
         failures: list[str] = []
@@ -198,34 +250,35 @@ def grpc_runner(stub: events_pb2_grpc.EventServiceAsyncStub, producer: Producer)
             metadata=TENANT,
         )
         await asyncio.gather(*consumers)
-        return latencies, reached, len(failures)
+        return Trial(latencies, reached, len(failures), busy.stop())
 
     return run
 
 
-async def producer_of(
-    stack: contextlib.AsyncExitStack, stub: events_pb2_grpc.EventServiceAsyncStub, unary: bool
-) -> Producer:
-    producer = Producer(stub, unary=unary)
+async def producer_of(stack: contextlib.AsyncExitStack, served: Served, unary: bool) -> Producer:
+    producer = Producer(served.stub, unary=unary)
     stack.push_async_callback(producer.close)
     return producer
 
 
-def summary(latencies: list[float], reached: float, expected: int, failed: int) -> dict[str, float]:
+def summary(trial: Trial, expected: int) -> dict[str, object]:
     return {
-        "failed_appends": failed,
-        **latency_summary(latencies),
-        "reached_per_s": reached,
-        "delivered": len(latencies),
+        "failed_appends": trial.failed,
+        **latency_summary(trial.latencies),
+        "reached_per_s": trial.reached,
+        "delivered": len(trial.latencies),
         "expected": expected,
+        "busy_cores": trial.busy,
     }
 
 
-def row(label: str, latencies: list[float], reached: float, expected: int) -> str:
+def row(label: str, trial: Trial, expected: int) -> str:
+    latencies = trial.latencies
+    busy = "  ".join(f"{name} {share:4.0%}" for name, share in trial.busy.items())
     return (
         f"{label:>5} p50 {percentile(latencies, 0.5):8.2f} ms  p99 "
-        f"{percentile(latencies, 0.99):8.2f} ms  emitted {reached:6.0f}/s  "
-        f"delivered {len(latencies)}/{expected}"
+        f"{percentile(latencies, 0.99):8.2f} ms  emitted {trial.reached:6.0f}/s  "
+        f"delivered {len(latencies)}/{expected}  busy: {busy}"
     )
 
 
@@ -255,19 +308,19 @@ async def main() -> None:
             if args.backend == "pg" and backend.label == "sqlite":
                 raise SystemExit("PostgreSQL is not reachable on 127.0.0.1:5432")
             async with contextlib.AsyncExitStack() as stack:
-                stub = await stack.enter_async_context(events_service(backend, data_dir))
+                served = await stack.enter_async_context(events_service(backend, data_dir))
                 runners: list[tuple[str, Runner]] = [
                     ("peer", peer),
                     ("log", log_runner(data_dir)),
-                    ("grpc", grpc_runner(stub, await producer_of(stack, stub, args.unary))),
+                    ("grpc", grpc_runner(served, await producer_of(stack, served, args.unary))),
                 ]
                 if args.grpc_only:
                     runners = runners[-1:]
                 if backend.label == "sqlite":
                     for label, per_reader in PEERS:
-                        peer_stub = await stack.enter_async_context(fanout_peer(per_reader))
-                        peer_producer = await producer_of(stack, peer_stub, args.unary)
-                        runners.append((label, grpc_runner(peer_stub, peer_producer)))
+                        peer_served = await stack.enter_async_context(fanout_peer(per_reader))
+                        peer_producer = await producer_of(stack, peer_served, args.unary)
+                        runners.append((label, grpc_runner(peer_served, peer_producer)))
                 print(f"grpc column: events service on {backend.label}")
                 for subscribers, rate, count in QUICK_CONFIGS if args.quick else CONFIGS:
                     print(f"{subscribers} subscribers, {rate:.0f} events/s, {count} events:")
@@ -277,12 +330,12 @@ async def main() -> None:
                         "events": count,
                     }
                     for label, runner in runners:
-                        latencies, reached, failed = await runner(subscribers, rate, count)
-                        print("  " + row(label, latencies, reached, subscribers * count))
+                        trial = await runner(subscribers, rate, count)
                         expected = subscribers * count
-                        measured[label] = summary(latencies, reached, expected, failed)
-                        if failed:
-                            print(f"  {label}: {failed} appends failed")
+                        print("  " + row(label, trial, expected))
+                        measured[label] = summary(trial, expected)
+                        if trial.failed:
+                            print(f"  {label}: {trial.failed} appends failed")
                     rows.append(measured)
     settings = {"backend": args.backend, "sequential": args.sequential, "unary": args.unary}
     save(args.json, "events_latency", settings, {"backend": backend.label, "rows": rows})

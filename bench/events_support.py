@@ -69,6 +69,14 @@ async def redis_prefix() -> AsyncIterator[str | None]:
         await client.aclose()
 
 
+@dataclass(frozen=True)
+class Served:
+    """A server process the benchmark started, and a stub of its EventService."""
+
+    stub: events_pb2_grpc.EventServiceAsyncStub
+    pid: int
+
+
 @dataclass
 class Backend:
     label: str
@@ -90,9 +98,7 @@ async def backends(data_dir: Path, with_redis: bool) -> AsyncIterator[list[Backe
 
 
 @contextlib.asynccontextmanager
-async def events_service(
-    backend: Backend, data_dir: Path
-) -> AsyncIterator[events_pb2_grpc.EventServiceAsyncStub]:
+async def events_service(backend: Backend, data_dir: Path) -> AsyncIterator[Served]:
     """`python -m services.events` as its own process, as deployed: the benchmark's clients
     then do not share the service's CPU."""
     port = free_port()
@@ -105,25 +111,23 @@ async def events_service(
         "SHUTTLE_EVENTS_PORT": str(port),
         "SHUTTLE_LOG_LEVEL": "WARNING",
     }
-    async with _serving(port, "services.events", env=env) as stub:
-        yield stub
+    async with _serving(port, "services.events", env=env) as served:
+        yield served
 
 
 @contextlib.asynccontextmanager
-async def fanout_peer(
-    seconds_per_reader: float,
-) -> AsyncIterator[events_pb2_grpc.EventServiceAsyncStub]:
+async def fanout_peer(seconds_per_reader: float) -> AsyncIterator[Served]:
     """`python -m bench.grpc_fanout_peer` as its own process, as the events service runs."""
     port = free_port()
     arguments = ["--port", str(port), "--seconds-per-reader", str(seconds_per_reader)]
-    async with _serving(port, "bench.grpc_fanout_peer", *arguments) as stub:
-        yield stub
+    async with _serving(port, "bench.grpc_fanout_peer", *arguments) as served:
+        yield served
 
 
 @contextlib.asynccontextmanager
 async def _serving(
     port: int, module: str, *arguments: str, env: dict[str, str] | None = None
-) -> AsyncIterator[events_pb2_grpc.EventServiceAsyncStub]:
+) -> AsyncIterator[Served]:
     """`python -m module` until the block ends, once its gRPC health check answers."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", module, *arguments, cwd=REPO, env=env
@@ -133,7 +137,7 @@ async def _serving(
             await health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), wait_for_ready=True, timeout=60
             )
-            yield events_pb2_grpc.EventServiceStub(channel)
+            yield Served(events_pb2_grpc.EventServiceStub(channel), process.pid)
     finally:
         process.send_signal(signal.SIGTERM)
         await process.wait()

@@ -143,7 +143,7 @@ messages a second, more than two cores serve; the unpaced column shows where tha
             for r in figures["rows"]
         ]
         headers = ["subscribers, rate", *sides, "grpc delivered"]
-        parts.append(f"{title}:\n\n{table(headers, rows)}\n")
+        parts.append(f"{title}:\n\n{table(headers, rows)}\n{_busy_at_the_aim(figures['rows'])}")
     figures = ctx.results.figures("events_latency-sequential")
     parts.append(
         """With `--sequential` the producer waits for each append, as one executor run does, so the
@@ -177,6 +177,29 @@ of events as one message.
 """
     )
     return "\n".join(parts)
+
+
+def _busy_at_the_aim(rows: list[dict[str, Any]]) -> str:
+    """How busy the processes were at the aim's load: a process near a whole core (one
+    Python thread's limit) sets the latency, whichever side it is on."""
+    row = next((r for r in rows if r["subscribers"] == 100 and r["rate"] == 1000), None)
+    if row is None:
+        return ""
+    names = {"bench": "the benchmark's process (producer and subscribers)", "server": "server"}
+    parts = [
+        f"{side}: "
+        + ", ".join(
+            f"{names[n]} {share * 100:.0f} %" for n, share in row[side]["busy_cores"].items()
+        )
+        for side in ("grpc", "bare grpc")
+        if "busy_cores" in row.get(side, {})
+    ]
+    if not parts:
+        return ""
+    return (
+        "\nShare of a core each process was busy at 100 subscribers and 1,000 events/s, from the "
+        "first emit to the last delivery: " + "; ".join(parts) + ".\n"
+    )
 
 
 def sse_fanout(ctx: Context) -> str:

@@ -184,6 +184,20 @@ def test_the_react_aim_is_judged_at_k_50_beside_the_loop_on_the_same_model_clien
     assert row.endswith(f"{verdict} |")
 
 
+def test_how_busy_each_process_was_at_the_latency_aim_is_reported(
+    rendered: tuple[Path, Path],
+) -> None:
+    doc, _ = rendered
+    text = " ".join(doc.read_text().split())
+    figures = json.loads((RESULTS / "events_latency-sqlite.json").read_text())["figures"]
+    row = next(r for r in figures["rows"] if r["subscribers"] == 100 and r["rate"] == 1000)
+    busy = row["grpc"]["busy_cores"]
+    assert (
+        "grpc: the benchmark's process (producer and subscribers) "
+        f"{busy['bench'] * 100:.0f} %, server {busy['server'] * 100:.0f} %"
+    ) in text
+
+
 def test_a_benchmark_without_results_is_named_not_fatal(tmp_path: Path) -> None:
     partial = tmp_path / "results"
     shutil.copytree(RESULTS, partial)
