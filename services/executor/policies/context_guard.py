@@ -123,8 +123,8 @@ class ContextGuard:
             return None
 
     def _tokens_of(self, tools: Sequence[ToolSchema]) -> int:
-        # A run offers the same schema list before every call: encoding it once per run
-        # keeps the guard's cost from growing with the tool catalogue.
+        # A run offers the same schema list before every call: encode it once per run, not
+        # before each call.
         if tools is not self._tools:
             self._tools, self._tool_tokens = tools, estimate_tools(tools)
         return self._tool_tokens
