@@ -57,7 +57,7 @@ from .events_support import (
     percentile,
 )
 from .producer import AppendRefused, Producer
-from .results import add_common_arguments, cpu_seconds, latency_summary, save
+from .results import CpuMeter, add_common_arguments, latency_summary, save
 
 TENANT_ID = "bench"
 TENANT = tenant_metadata(TENANT_ID)
@@ -90,25 +90,6 @@ class Trial:
 Runner = Callable[[int, float, int], Awaitable[Trial]]
 
 
-class BusyMeter:
-    """CPU each process used from `start` to `stop`, as a share of one core over that time."""
-
-    def __init__(self, server_pid: int | None = None) -> None:
-        self._pids = {"bench": os.getpid()} | ({"server": server_pid} if server_pid else {})
-        self._cpu: dict[str, float] = {}
-        self._started = 0.0
-
-    def start(self) -> None:
-        self._cpu = {name: cpu_seconds(pid) for name, pid in self._pids.items()}
-        self._started = time.perf_counter()
-
-    def stop(self) -> dict[str, float]:
-        wall = time.perf_counter() - self._started
-        return {
-            name: (cpu_seconds(pid) - self._cpu[name]) / wall for name, pid in self._pids.items()
-        }
-
-
 def stamp() -> str:
     return json.dumps({"t": time.perf_counter_ns()})
 
@@ -127,8 +108,7 @@ async def peer(subscribers: int, rate: float, count: int) -> Trial:
             latencies.append(since(await queue.get()))
 
     consumers = [asyncio.create_task(consume(queue)) for queue in queues]
-    busy = BusyMeter()
-    busy.start()
+    busy = CpuMeter({"bench": os.getpid()})
     started = time.perf_counter()
     async for _ in paced(rate, count):
         payload = stamp()
@@ -136,7 +116,7 @@ async def peer(subscribers: int, rate: float, count: int) -> Trial:
             queue.put_nowait(payload)
     reached = count / (time.perf_counter() - started)
     await asyncio.gather(*consumers)
-    return Trial(latencies, reached, busy=busy.stop())
+    return Trial(latencies, reached, busy=busy.shares())
 
 
 def log_runner(data_dir: Path) -> Runner:
@@ -157,8 +137,7 @@ def log_runner(data_dir: Path) -> Runner:
 
         consumers = [asyncio.create_task(consume()) for _ in range(subscribers)]
         await ready.wait()
-        busy = BusyMeter()
-        busy.start()
+        busy = CpuMeter({"bench": os.getpid()})
         started = time.perf_counter()
         appends: list[asyncio.Task[list[int]]] = []
         async for _ in paced(rate, count):
@@ -170,7 +149,7 @@ def log_runner(data_dir: Path) -> Runner:
         await asyncio.gather(*appends)
         await log.append(workflow_id, "bench", [NewEvent("WORKFLOW_COMPLETED")])
         await asyncio.gather(*consumers)
-        measured = Trial(latencies, reached, busy=busy.stop())
+        measured = Trial(latencies, reached, busy=busy.shares())
         await engine.dispose()
         return measured
 
@@ -217,8 +196,7 @@ def grpc_runner(served: Served, producer: Producer) -> Runner:
             )
         )
         await asyncio.wait_for(all_open.wait(), timeout=300)
-        busy = BusyMeter(served.pid)
-        busy.start()
+        busy = CpuMeter({"bench": os.getpid(), "server": served.pid})
         started = time.perf_counter()
 
         failures: list[str] = []
@@ -250,7 +228,7 @@ def grpc_runner(served: Served, producer: Producer) -> Runner:
             metadata=TENANT,
         )
         await asyncio.gather(*consumers)
-        return Trial(latencies, reached, len(failures), busy.stop())
+        return Trial(latencies, reached, len(failures), busy.shares())
 
     return run
 

@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from .react_support import calls_per_run, open_sides, scripted_stack
-from .results import Spread, add_common_arguments, cpu_seconds, latency_summary, save
+from .results import CpuMeter, Spread, add_common_arguments, latency_summary, save
 
 LATENCY_SECONDS = 0.2
 SERVICES = ("events", "tools", "executor")
@@ -34,7 +34,7 @@ async def trial(
 ) -> dict[str, Any]:
     """`count` runs at once: wall time, each run's duration, how many failed, and the CPU
     each of `pids` used meanwhile."""
-    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    meter = CpuMeter(pids)
     durations: list[float] = []
     failures: list[str] = []
 
@@ -54,7 +54,7 @@ async def trial(
         "run_s": latency_summary(durations),
         "failed": len(failures),
         "first_failure": failures[0] if failures else "",
-        "cpu_s": {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()},
+        "cpu_s": meter.seconds(),
     }
 
 

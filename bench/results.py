@@ -157,6 +157,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+class CpuMeter:
+    """The CPU some processes use from the meter's creation on (Linux /proc)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self._pids = dict(pids)
+        self._before = {name: cpu_seconds(pid) for name, pid in self._pids.items()}
+        self._started = time.perf_counter()
+
+    def seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) each process has used since."""
+        return {name: cpu_seconds(pid) - self._before[name] for name, pid in self._pids.items()}
+
+    def shares(self) -> dict[str, float]:
+        """The same as a share of one core over the wall time since (1.0 = a whole core)."""
+        wall = time.perf_counter() - self._started
+        return {name: used / wall for name, used in self.seconds().items()}
+
+
 def open_sockets(pid: int) -> int:
     """How many sockets a process holds open."""
     count = 0

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from .react_support import open_sides, scripted_stack
-from .results import add_common_arguments, cpu_seconds, save, sized
+from .results import CpuMeter, add_common_arguments, save, sized
 
 SERVICES = ("events", "tools", "planner", "executor", "gateway")
 WARM_UP_RUNS = 5
@@ -33,15 +33,13 @@ async def measure(k: int, runs: int) -> dict[str, Any]:
             for _ in range(WARM_UP_RUNS):
                 await sides.shuttle(k)
                 await sides.bare(k)
-            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            meter = CpuMeter(pids)
             walls = []
             for _ in range(runs):
                 started = time.perf_counter()
                 await sides.shuttle(k)
                 walls.append(time.perf_counter() - started)
-            cpu_ms = {
-                name: (cpu_seconds(pid) - before[name]) / runs * 1000 for name, pid in pids.items()
-            }
+            cpu_ms = {name: used / runs * 1000 for name, used in meter.seconds().items()}
             bare = []
             for _ in range(runs):
                 started = time.perf_counter()

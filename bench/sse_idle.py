@@ -25,8 +25,8 @@ from .events_support import free_port
 from .producer import Producer
 from .react_support import STACK_ENV
 from .results import (
+    CpuMeter,
     add_common_arguments,
-    cpu_seconds,
     latency_summary,
     open_sockets,
     rss_bytes,
@@ -56,11 +56,9 @@ def footprint(pids: dict[str, int]) -> dict[str, dict[str, int]]:
 
 async def idle_cpu(pids: dict[str, int]) -> dict[str, float]:
     """Each process's CPU share (1.0 = one core) over an idle window."""
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    started = time.monotonic()
+    meter = CpuMeter(pids)
     await asyncio.sleep(IDLE_WINDOW_SECONDS)  # a measuring window, not a wait for a condition
-    elapsed = time.monotonic() - started
-    return {name: (cpu_seconds(pid) - before[name]) / elapsed for name, pid in pids.items()}
+    return meter.shares()
 
 
 async def grpc_streams_alone(port: int, workflow_id: str, count: int) -> float:
