@@ -6,6 +6,8 @@ import json
 import re
 from collections.abc import Collection, Sequence
 
+import orjson
+
 from shuttle.envelope import EVENT_TYPE_NAMES
 
 from .errors import InvalidArgument
@@ -112,13 +114,23 @@ def _check_payload(index: int, payload_json: str) -> None:
     if not payload_json:
         return  # an absent payload is an empty object
     try:
-        value = json.loads(payload_json, parse_constant=_reject_constant)
-    except ValueError as exc:
-        raise InvalidArgument(f"event {index}: payload_json is not valid JSON ({exc})") from None
+        # Every appended event's payload is parsed here: orjson takes a tenth of the time.
+        value = orjson.loads(payload_json)
+    except orjson.JSONDecodeError:
+        # orjson refuses some valid JSON (a lone surrogate escape, a number beyond a double):
+        # the standard parser has the last word, and its message says what is wrong.
+        value = _standard_parse(index, payload_json)
     if not isinstance(value, dict):
         raise InvalidArgument(
             f"event {index}: payload_json must be a JSON object, not {_json_kind(value)}"
         )
+
+
+def _standard_parse(index: int, payload_json: str) -> object:
+    try:
+        return json.loads(payload_json, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise InvalidArgument(f"event {index}: payload_json is not valid JSON ({exc})") from None
 
 
 def _reject_constant(name: str) -> object:
@@ -140,6 +152,7 @@ def _json_kind(value: object) -> str:
 
 def _size(event: NewEvent) -> int:
     return sum(
-        len(text.encode("utf-8"))
+        # An ASCII string's length is its UTF-8 size (and isascii is a flag check).
+        len(text) if text.isascii() else len(text.encode("utf-8"))
         for text in (event.type, event.agent_id, event.message, event.payload_json, event.trace_id)
     )

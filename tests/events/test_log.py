@@ -328,6 +328,25 @@ async def test_invalid_batches_store_nothing_and_consume_no_seq(
     assert await event_log.append("wf-1", "t1", progress(1)) == [2]
 
 
+@pytest.mark.parametrize(
+    "payload_json",
+    [
+        # Valid JSON that Python producers write (json.dumps of a surrogate-escaped file
+        # name) and the fast parser refuses; the standard parser accepts it.
+        '{"path": "caf\\udce9.txt"}',
+        '{"huge": 1e999, "digits": 123456789012345678901234567890}',
+        '{"plain": "caf\u00e9"}',
+    ],
+)
+async def test_payloads_valid_as_json_are_stored_as_sent(
+    event_log: EventLog, payload_json: str
+) -> None:
+    await make(event_log)
+    await event_log.append("wf-1", "t1", [NewEvent(type="PROGRESS", payload_json=payload_json)])
+    page = await event_log.list_events("wf-1", "t1")
+    assert [event.payload_json for event in page.events] == [payload_json]
+
+
 async def test_append_after_stream_end_fails_precondition(event_log: EventLog) -> None:
     await make(event_log)
     await event_log.append("wf-1", "t1", FINISH)
