@@ -14,18 +14,22 @@ from .records import NewEvent, WorkflowRecord, WorkflowStatus
 from .wire import timestamp
 
 
-def new_event(draft: common_pb2.EventDraft) -> NewEvent:
-    """A producer's draft as a domain event; the log validates it."""
-    return NewEvent(
-        type=event_type_name(draft.type),
-        agent_id=draft.agent_id,
-        message=draft.message,
-        payload_json=draft.payload_json,
-        timestamp=_timestamp(draft) if draft.HasField("timestamp") else None,
-        # The append's own span continues the producer's trace, so an event the producer did
-        # not stamp still names the trace it belongs to.
-        trace_id=draft.trace_id or current_trace_id(),
-    )
+def new_events(drafts: Iterable[common_pb2.EventDraft]) -> list[NewEvent]:
+    """A producer's drafts as domain events; the log validates them."""
+    # The append's own span continues the producer's trace, so an event the producer did
+    # not stamp still names the trace it belongs to. One span per batch: read it once.
+    batch_trace_id = current_trace_id()
+    return [
+        NewEvent(
+            type=event_type_name(draft.type),
+            agent_id=draft.agent_id,
+            message=draft.message,
+            payload_json=draft.payload_json,
+            timestamp=_timestamp(draft) if draft.HasField("timestamp") else None,
+            trace_id=draft.trace_id or batch_trace_id,
+        )
+        for draft in drafts
+    ]
 
 
 def _timestamp(draft: common_pb2.EventDraft) -> datetime:
@@ -66,15 +70,22 @@ _STATUS_VALUES = {
 }
 
 
+# Bare names of the known EventType values: one dict lookup per appended event instead of
+# the enum wrapper's lookup and a prefix strip.
+_TYPE_NAMES: dict[int, str] = {
+    value: type_name(value)
+    for value in common_pb2.EventType.values()
+    if value != common_pb2.EVENT_TYPE_UNSPECIFIED
+}
+
+
 def event_type_name(value: int) -> str:
     """The bare name of an EventType value; "" for UNSPECIFIED, a marker for unknown numbers
     (proto3 enums are open), so validation can name what was wrong."""
-    if value == common_pb2.EVENT_TYPE_UNSPECIFIED:
-        return ""
-    try:
-        return type_name(value)
-    except ValueError:
-        return f"EventType({value})"
+    name = _TYPE_NAMES.get(value)
+    if name is not None:
+        return name
+    return "" if value == common_pb2.EVENT_TYPE_UNSPECIFIED else f"EventType({value})"
 
 
 def event_type_names(values: Iterable[int]) -> list[str]:

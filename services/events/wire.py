@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from shuttle.envelope import stream_id, type_value
+from shuttle.envelope import EVENT_TYPE_NAMES, stream_id, type_value
 from shuttle.v1 import common_pb2
 
 from .records import StoredEvent
@@ -34,27 +34,37 @@ EVENTS_TAG = b"\x0a"
 
 def event_message(event: StoredEvent) -> common_pb2.Event:
     """The protobuf form of a stored event."""
-    return common_pb2.Event(
+    message = common_pb2.Event(
         workflow_id=event.workflow_id,
-        type=type_value(event.type),
+        type=_TYPE_VALUES.get(event.type) or type_value(event.type),
         agent_id=event.agent_id,
         message=event.message,
-        timestamp=timestamp(event.timestamp),
         seq=event.seq,
         stream_id=stream_id(event.seq),
         payload_json=event.payload_json,
         trace_id=event.trace_id,
     )
+    # Set in place: a Timestamp built apart is copied into the Event (half the cost).
+    seconds, nanos = _epoch_parts(event.timestamp)
+    message.timestamp.seconds = seconds
+    message.timestamp.nanos = nanos
+    return message
 
 
 def timestamp(moment: datetime) -> Timestamp:
     # Timestamp.FromDatetime goes through time tuples; this is the same value, faster.
+    seconds, nanos = _epoch_parts(moment)
+    return Timestamp(seconds=seconds, nanos=nanos)
+
+
+def _epoch_parts(moment: datetime) -> tuple[int, int]:
     whole = moment - _EPOCH
-    seconds = whole.days * 86_400 + whole.seconds
-    return Timestamp(seconds=seconds, nanos=whole.microseconds * 1000)
+    return whole.days * 86_400 + whole.seconds, whole.microseconds * 1000
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# By bare name, the only spelling stored events have: type_value parses any spelling.
+_TYPE_VALUES = {name: type_value(name) for name in EVENT_TYPE_NAMES}
 
 
 class EventEncoder:
