@@ -23,11 +23,11 @@ from sqlalchemy import (
     Update,
     bindparam,
     case,
-    insert,
     select,
     update,
 )
 
+from .bulk_insert import insert_rows
 from .errors import EventsError, FailedPrecondition, InvalidArgument, NotFound
 from .lifecycle import RowUpdate, derive_update
 from .models import appends, events, tool_results, workflows
@@ -85,12 +85,9 @@ def append_group(
         for index in run:
             outcomes[index] = _stored(requests[index], next_seq, now, ephemeral, rows)
             next_seq += len(requests[index].batch)
-    if rows.appends:
-        conn.execute(insert(appends), rows.appends)
-    if rows.events:
-        conn.execute(insert(events), rows.events)
-    if rows.tool_results:
-        conn.execute(insert(tool_results), rows.tool_results)
+    insert_rows(conn, appends, rows.appends)
+    insert_rows(conn, events, rows.events)
+    insert_rows(conn, tool_results, rows.tool_results)
     return [outcome for outcome in outcomes if outcome is not None]
 
 

@@ -1,0 +1,111 @@
+"""insert_rows writes what SQLAlchemy's own executemany writes, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, insert, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.events.bulk_insert import insert_rows
+from services.events.models import events, workflows
+
+NOW = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
+# The same instant written with another offset, and other instants.
+TIMESTAMPS = [NOW, NOW.astimezone(timezone(timedelta(hours=2))), NOW, NOW + timedelta(days=400)]
+
+
+def _workflow(workflow_id: str) -> dict[str, Any]:
+    return {
+        "id": workflow_id,
+        "tenant_id": "t1",
+        "status": "RUNNING",
+        "created_at": NOW,
+        "updated_at": NOW,
+    }
+
+
+def _rows(workflow_id: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "workflow_id": workflow_id,
+            "seq": index + 1,
+            "type": "PROGRESS",
+            "agent_id": f"agent-{index}",
+            "message": "caf\u00e9 \U0001f600" if index % 2 else "",
+            "payload": f'{{"n": {index}}}',
+            "timestamp": moment,
+            "trace_id": "",
+        }
+        for index, moment in enumerate(TIMESTAMPS)
+    ]
+
+
+def _write(conn: Connection) -> None:
+    conn.execute(insert(workflows), [_workflow("wf-sa"), _workflow("wf-bulk")])
+    conn.execute(insert(events), _rows("wf-sa"))
+    insert_rows(conn, events, _rows("wf-bulk"))
+
+
+def _read(conn: Connection, workflow_id: str) -> list[dict[str, Any]]:
+    query = select(events).where(events.c.workflow_id == workflow_id).order_by(events.c.seq)
+    return [{**row, "workflow_id": "-"} for row in conn.execute(query).mappings()]
+
+
+def _stored_as(conn: Connection, workflow_id: str) -> list[tuple[Any, ...]]:
+    """The values as the database holds them, with no type conversion on the way out."""
+    columns = "seq, type, agent_id, message, payload, timestamp, trace_id"
+    found = conn.exec_driver_sql(f"SELECT workflow_id, {columns} FROM events ORDER BY seq")
+    return [tuple(row[1:]) for row in found if row[0] == workflow_id]
+
+
+async def test_rows_read_back_as_sqlalchemy_wrote_them(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.run_sync(_write)
+    async with engine.connect() as conn:
+        by_sqlalchemy = await conn.run_sync(_read, "wf-sa")
+        by_bulk = await conn.run_sync(_read, "wf-bulk")
+    assert by_bulk == by_sqlalchemy
+    async with engine.connect() as conn:
+        held_by_sqlalchemy = await conn.run_sync(_stored_as, "wf-sa")
+        held_by_bulk = await conn.run_sync(_stored_as, "wf-bulk")
+    assert held_by_bulk == held_by_sqlalchemy
+    assert [row["timestamp"] for row in by_bulk] == TIMESTAMPS
+    assert all(row["timestamp"].tzinfo is not None for row in by_bulk)
+
+
+async def test_a_row_missing_a_column_is_refused(engine: AsyncEngine) -> None:
+    row = _rows("wf-bulk")[0]
+    del row["trace_id"]
+
+    def write(conn: Connection) -> None:
+        insert_rows(conn, events, [row])
+
+    async with engine.begin() as conn:
+        with pytest.raises(ValueError, match="must name exactly its columns"):
+            await conn.run_sync(write)
+
+
+async def test_no_rows_is_nothing_to_do(engine: AsyncEngine) -> None:
+    def write(conn: Connection) -> None:
+        insert_rows(conn, events, [])
+
+    async with engine.begin() as conn:
+        await conn.run_sync(write)
+        count = await conn.run_sync(lambda c: len(c.execute(select(events.c.seq)).all()))
+    assert count == 0
+
+
+async def test_column_types_still_check_values(engine: AsyncEngine) -> None:
+    row = _rows("wf-bulk")[0]
+    row["timestamp"] = NOW.replace(tzinfo=None)
+
+    def write(conn: Connection) -> None:
+        conn.execute(insert(workflows), [_workflow("wf-bulk")])
+        insert_rows(conn, events, [row])
+
+    async with engine.begin() as conn:
+        with pytest.raises(ValueError, match="naive datetime"):
+            await conn.run_sync(write)
