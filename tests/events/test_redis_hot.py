@@ -79,6 +79,20 @@ async def test_out_of_order_publish_does_not_raise(tiers: TierMaker) -> None:
     assert [e.seq for e in (await tiers().read("wf-1", 1, 10)).events] == [4]
 
 
+async def test_a_refused_event_is_logged_and_the_rest_of_its_batch_added(
+    tiers: TierMaker, caplog: pytest.LogCaptureFixture
+) -> None:
+    tier = tiers()
+    await tier.publish("wf-1", [stored(4)])
+    with caplog.at_level("WARNING", logger="services.events.redis_hot"):
+        await tier.publish("wf-1", [stored(3), stored(5), stored(6)])
+    assert [e.seq for e in (await tiers().read("wf-1", 4, 10)).events] == [4, 5, 6]
+    warnings = [r for r in caplog.records if r.getMessage().startswith("hot tier refused")]
+    assert len(warnings) == 1
+    assert "equal or smaller" in warnings[0].__dict__["error"]
+    assert tier.available
+
+
 async def test_unreachable_redis_neither_fails_publish_nor_read(
     private_redis: PrivateRedis,
 ) -> None:
