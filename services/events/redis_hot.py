@@ -144,10 +144,10 @@ class RedisHotTier:
             self._mark_down("publish", exc)
             return
         for error in refused:
-            # "ID equal or smaller": another replica published a later seq first (or this
-            # batch was published before). Readers fill such a hole from SQL.
+            # Mostly "ID equal or smaller": another replica published a later seq first (or
+            # this batch was published before). Readers fill such a hole from SQL.
             log.warning(
-                "hot tier refused an event out of order",
+                "hot tier refused an event; readers take it from SQL",
                 extra={"workflow_id": workflow_id, "error": error},
             )
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Connection, insert, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.events.bulk_insert import insert_rows
@@ -108,4 +109,17 @@ async def test_column_types_still_check_values(engine: AsyncEngine) -> None:
 
     async with engine.begin() as conn:
         with pytest.raises(ValueError, match="naive datetime"):
+            await conn.run_sync(write)
+
+
+async def test_a_row_already_stored_fails_as_an_integrity_error(engine: AsyncEngine) -> None:
+    """The store tells a retried batch by this error (see SqlEventStore.append_many)."""
+
+    def write(conn: Connection) -> None:
+        conn.execute(insert(workflows), [_workflow("wf-bulk")])
+        insert_rows(conn, events, _rows("wf-bulk")[:2])
+        insert_rows(conn, events, _rows("wf-bulk")[1:])
+
+    async with engine.begin() as conn:
+        with pytest.raises(IntegrityError):
             await conn.run_sync(write)
