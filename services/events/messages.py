@@ -70,22 +70,15 @@ _STATUS_VALUES = {
 }
 
 
-# Bare names of the known EventType values: one dict lookup per appended event instead of
-# the enum wrapper's lookup and a prefix strip.
-_TYPE_NAMES: dict[int, str] = {
-    value: type_name(value)
-    for value in common_pb2.EventType.values()
-    if value != common_pb2.EVENT_TYPE_UNSPECIFIED
-}
-
-
 def event_type_name(value: int) -> str:
     """The bare name of an EventType value; "" for UNSPECIFIED, a marker for unknown numbers
     (proto3 enums are open), so validation can name what was wrong."""
-    name = _TYPE_NAMES.get(value)
-    if name is not None:
-        return name
-    return "" if value == common_pb2.EVENT_TYPE_UNSPECIFIED else f"EventType({value})"
+    if value == common_pb2.EVENT_TYPE_UNSPECIFIED:
+        return ""
+    try:
+        return type_name(value)
+    except ValueError:
+        return f"EventType({value})"
 
 
 def event_type_names(values: Iterable[int]) -> list[str]:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from shuttle.envelope import EVENT_TYPE_NAMES, stream_id, type_value
+from shuttle.envelope import stream_id, type_value
 from shuttle.v1 import common_pb2
 
 from .records import StoredEvent
@@ -36,7 +36,7 @@ def event_message(event: StoredEvent) -> common_pb2.Event:
     """The protobuf form of a stored event."""
     message = common_pb2.Event(
         workflow_id=event.workflow_id,
-        type=_TYPE_VALUES.get(event.type) or type_value(event.type),
+        type=type_value(event.type),
         agent_id=event.agent_id,
         message=event.message,
         seq=event.seq,
@@ -63,8 +63,6 @@ def _epoch_parts(moment: datetime) -> tuple[int, int]:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# By bare name, the only spelling stored events have: type_value parses any spelling.
-_TYPE_VALUES = {name: type_value(name) for name in EVENT_TYPE_NAMES}
 
 
 class EventEncoder:

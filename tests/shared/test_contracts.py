@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 import grpc_tools
+import pytest
 
-from shuttle.envelope import EVENT_TYPE_NAMES
+from shuttle.envelope import EVENT_TYPE_NAMES, type_name, type_value
 from shuttle.v1 import common_pb2, events_pb2, executor_pb2, planner_pb2, tools_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +70,19 @@ def test_the_enum_holds_exactly_the_35_catalogue_types() -> None:
     assert len(DESIGN_EVENT_TYPES) == 35
     assert list(EVENT_TYPE_NAMES) == DESIGN_EVENT_TYPES
     assert common_pb2.EVENT_TYPE_UNSPECIFIED == 0
+
+
+def test_type_names_and_values_agree_with_the_enum_in_every_spelling() -> None:
+    for name in DESIGN_EVENT_TYPES:
+        value = common_pb2.EventType.Value(f"EVENT_TYPE_{name}")
+        assert type_name(value) == name
+        for spelling in (name, name.lower(), f" EVENT_TYPE_{name} "):
+            assert type_value(spelling) == value
+    assert type_name(common_pb2.EVENT_TYPE_UNSPECIFIED) == "UNSPECIFIED"
+    with pytest.raises(ValueError):
+        type_name(999)
+    with pytest.raises(ValueError, match="unknown event type 'UNSPECIFIED'"):
+        type_value("UNSPECIFIED")
 
 
 def test_every_service_declares_the_rpcs_of_the_design() -> None:
