@@ -27,6 +27,8 @@ class _Plan:
     keys: tuple[str, ...]
     """Row keys in the order the statement takes them."""
     positional: bool
+    pick: Callable[[Mapping[str, Any]], list[Any]]
+    """A row's values in `keys` order."""
     processors: tuple[tuple[int, Callable[[Any], Any]], ...]
     """(position in `keys`, bind processor) of each column that has one."""
 
@@ -38,8 +40,7 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
     if not rows:
         return
     plan = _plan(table, conn.dialect, frozenset(rows[0]))
-    pick = itemgetter(*plan.keys)
-    values = [list(pick(row)) for row in rows]
+    values = [plan.pick(row) for row in rows]
     for position, process in plan.processors:
         converted: dict[Any, Any] = {}
         for row in values:
@@ -68,4 +69,12 @@ def _plan(table: Table, dialect: Dialect, keys: frozenset[str]) -> _Plan:
         process = table.c[key].type.dialect_impl(dialect).bind_processor(dialect)
         if process is not None:
             processors.append((position, process))
-    return _Plan(compiled.string, ordered, compiled.positional, tuple(processors))
+    return _Plan(compiled.string, ordered, compiled.positional, _picker(ordered), tuple(processors))
+
+
+def _picker(keys: tuple[str, ...]) -> Callable[[Mapping[str, Any]], list[Any]]:
+    if len(keys) == 1:  # itemgetter of one key gives the value, not a tuple of it
+        (key,) = keys
+        return lambda row: [row[key]]
+    get = itemgetter(*keys)
+    return lambda row: list(get(row))

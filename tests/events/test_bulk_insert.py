@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Column, Connection, MetaData, Table, Text, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.events.bulk_insert import insert_rows
 from services.events.models import events, workflows
+
+T = TypeVar("T")
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
 # The same instant written with another offset, and other instants.
@@ -62,16 +66,19 @@ def _stored_as(conn: Connection, workflow_id: str) -> list[tuple[Any, ...]]:
     return [tuple(row[1:]) for row in found if row[0] == workflow_id]
 
 
-async def test_rows_read_back_as_sqlalchemy_wrote_them(engine: AsyncEngine) -> None:
+async def _in_transaction(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
     async with engine.begin() as conn:
-        await conn.run_sync(_write)
+        return await conn.run_sync(work)
+
+
+async def test_rows_read_back_as_sqlalchemy_wrote_them(engine: AsyncEngine) -> None:
+    await _in_transaction(engine, _write)
     async with engine.connect() as conn:
         by_sqlalchemy = await conn.run_sync(_read, "wf-sa")
         by_bulk = await conn.run_sync(_read, "wf-bulk")
-    assert by_bulk == by_sqlalchemy
-    async with engine.connect() as conn:
         held_by_sqlalchemy = await conn.run_sync(_stored_as, "wf-sa")
         held_by_bulk = await conn.run_sync(_stored_as, "wf-bulk")
+    assert by_bulk == by_sqlalchemy
     assert held_by_bulk == held_by_sqlalchemy
     assert [row["timestamp"] for row in by_bulk] == TIMESTAMPS
     assert all(row["timestamp"].tzinfo is not None for row in by_bulk)
@@ -84,19 +91,16 @@ async def test_a_row_missing_a_column_is_refused(engine: AsyncEngine) -> None:
     def write(conn: Connection) -> None:
         insert_rows(conn, events, [row])
 
-    async with engine.begin() as conn:
-        with pytest.raises(ValueError, match="must name exactly its columns"):
-            await conn.run_sync(write)
+    with pytest.raises(ValueError, match="must name exactly its columns"):
+        await _in_transaction(engine, write)
 
 
 async def test_no_rows_is_nothing_to_do(engine: AsyncEngine) -> None:
-    def write(conn: Connection) -> None:
+    def write(conn: Connection) -> int:
         insert_rows(conn, events, [])
+        return len(conn.execute(select(events.c.seq)).all())
 
-    async with engine.begin() as conn:
-        await conn.run_sync(write)
-        count = await conn.run_sync(lambda c: len(c.execute(select(events.c.seq)).all()))
-    assert count == 0
+    assert await _in_transaction(engine, write) == 0
 
 
 async def test_column_types_still_check_values(engine: AsyncEngine) -> None:
@@ -107,9 +111,8 @@ async def test_column_types_still_check_values(engine: AsyncEngine) -> None:
         conn.execute(insert(workflows), [_workflow("wf-bulk")])
         insert_rows(conn, events, [row])
 
-    async with engine.begin() as conn:
-        with pytest.raises(ValueError, match="naive datetime"):
-            await conn.run_sync(write)
+    with pytest.raises(ValueError, match="naive datetime"):
+        await _in_transaction(engine, write)
 
 
 async def test_a_row_already_stored_fails_as_an_integrity_error(engine: AsyncEngine) -> None:
@@ -120,6 +123,18 @@ async def test_a_row_already_stored_fails_as_an_integrity_error(engine: AsyncEng
         insert_rows(conn, events, _rows("wf-bulk")[:2])
         insert_rows(conn, events, _rows("wf-bulk")[1:])
 
-    async with engine.begin() as conn:
-        with pytest.raises(IntegrityError):
-            await conn.run_sync(write)
+    with pytest.raises(IntegrityError):
+        await _in_transaction(engine, write)
+
+
+async def test_a_table_of_one_column(engine: AsyncEngine) -> None:
+    table = Table(f"one_column_{uuid.uuid4().hex[:8]}", MetaData(), Column("name", Text))
+
+    def write(conn: Connection) -> list[str]:
+        table.create(conn)
+        insert_rows(conn, table, [{"name": "first"}, {"name": "second"}])
+        found = [str(name) for (name,) in conn.execute(select(table.c.name))]
+        table.drop(conn)
+        return found
+
+    assert sorted(await _in_transaction(engine, write)) == ["first", "second"]
