@@ -28,6 +28,7 @@ from services.executor.ports import (
 from services.executor.runs import RunRequest
 from shuttle.envelope import type_value
 from shuttle.grpc_client import status_code, tenant_metadata
+from shuttle.utf8 import ensure_utf8
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc, tools_pb2, tools_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -89,9 +90,10 @@ class GrpcEventSink:
             events=[
                 common_pb2.EventDraft(
                     type=type_value(d.type),
-                    agent_id=d.agent_id,
-                    message=d.message,
-                    payload_json=json.dumps(d.payload, ensure_ascii=False),
+                    agent_id=ensure_utf8(d.agent_id),
+                    # protobuf refuses a lone surrogate, and with it the whole batch
+                    message=ensure_utf8(d.message),
+                    payload_json=ensure_utf8(json.dumps(d.payload, ensure_ascii=False)),
                 )
                 for d in drafts
             ],

@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import unicodedata
 
+from shuttle.utf8 import ensure_utf8
+
 DEFAULT_MAX_OUTPUT_CHARS = 20_000
 
 _ZWJ = "\u200d"
 # How far a cut may move back to keep a character and its combining marks together.
 _MAX_BACKOFF = 16
-
-
-def ensure_utf8(text: str) -> str:
-    """Return text that encodes as UTF-8.
-
-    Python strings can hold lone surrogates (e.g. from ``surrogateescape`` decoding), which
-    protobuf refuses to serialize. Split surrogate pairs are rejoined; lone ones become U+FFFD.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
 
 
 def _attaches_to_previous(char: str) -> bool:

@@ -35,12 +35,14 @@ from shuttle.llm.wire import (
     JSON_HEADERS,
     ChatRequest,
     ToolCallAccumulator,
+    encodable,
     mapping,
     reasoning_of,
     text_of,
     tool_calls_of,
     usage_of,
 )
+from shuttle.utf8 import StreamedText
 
 T = TypeVar("T")
 
@@ -187,15 +189,17 @@ class OpenAIModel:
             if response.get("usage") is not None
             else _estimated_usage(messages, content + "".join(c.arguments for c in calls))
         )
-        return ChatResult(
-            content=content,
-            tool_calls=calls,
-            reasoning_content=reasoning_of(message),
-            finish_reason=text_of(choice.get("finish_reason")),
-            usage=self._priced(usage),
-            model=text_of(response.get("model")) or model,
-            provider=self.provider,
-            duration_ms=int((time.monotonic() - started) * 1000),
+        return encodable(
+            ChatResult(
+                content=content,
+                tool_calls=calls,
+                reasoning_content=reasoning_of(message),
+                finish_reason=text_of(choice.get("finish_reason")),
+                usage=self._priced(usage),
+                model=text_of(response.get("model")) or model,
+                provider=self.provider,
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
         )
 
     def stream_chat(
@@ -310,6 +314,7 @@ class OpenAIChatStream:
         started = time.monotonic()
         model, stream = await self._llm._open_stream(self._messages, self._tools)
         parts: list[str] = []
+        answer = StreamedText()
         reasoning: list[str] = []
         calls = ToolCallAccumulator()
         finish_reason = ""
@@ -330,25 +335,31 @@ class OpenAIChatStream:
                     thought = reasoning_of(delta)
                     if thought:
                         reasoning.append(thought)
-                    piece = text_of(delta.get("content"))
+                    piece = answer.piece(text_of(delta.get("content")))
                     if piece:
                         parts.append(piece)
                         yield piece
         except openai.OpenAIError as exc:
             raise LLMError(f"{model}: stream broke off: {exc}") from exc
+        tail = answer.rest()
+        if tail:
+            parts.append(tail)
+            yield tail
         content = "".join(parts)
         tool_calls = calls.calls()
         if usage is None:
             usage = _estimated_usage(self._messages, content)
-        self._result = ChatResult(
-            content=content,
-            tool_calls=tool_calls,
-            reasoning_content="".join(reasoning),
-            finish_reason=finish_reason,
-            usage=self._llm._priced(usage),
-            model=model,
-            provider=self._llm.provider,
-            duration_ms=int((time.monotonic() - started) * 1000),
+        self._result = encodable(
+            ChatResult(
+                content=content,
+                tool_calls=tool_calls,
+                reasoning_content="".join(reasoning),
+                finish_reason=finish_reason,
+                usage=self._llm._priced(usage),
+                model=model,
+                provider=self._llm.provider,
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
         )
 
 

@@ -52,6 +52,26 @@ async def test_many_events_land_in_order_in_few_batches(backends: Backends) -> N
     assert 10 <= emitter._batch_seq < 500  # grouped, never larger than batch_max
 
 
+async def test_an_event_holding_a_lone_surrogate_is_stored_with_its_batch(
+    backends: Backends,
+) -> None:
+    workflow_id = await new_workflow(backends)
+    emitter = EventEmitter(GrpcEventSink(backends.events, workflow_id, TENANT))
+    await emitter.emit(EventDraft("PROGRESS", "before", {}))
+    await emitter.emit(EventDraft("PROGRESS", "file \udce9", {"name": "caf\udce9"}, "a\ud800"))
+    await emitter.emit(EventDraft("PROGRESS", "after", {}))
+    await emitter.close()
+
+    events = (
+        await backends.events.List(
+            events_pb2.ListRequest(workflow_id=workflow_id, tenant_id=TENANT)
+        )
+    ).events
+    assert [e.message for e in events] == ["before", "file \ufffd", "after"]
+    assert as_dict(events[1])["payload"] == {"name": "caf\ufffd"}
+    assert events[1].agent_id == "a\ufffd"
+
+
 async def test_a_log_closed_by_someone_else_accepts_our_stream_end_only(
     backends: Backends,
 ) -> None:

@@ -137,6 +137,29 @@ async def test_unknown_tools_and_bad_arguments_become_observations_and_the_loop_
     assert workflow.result == "Sorry, that could not be computed."
 
 
+async def test_lone_surrogates_from_the_model_become_replacement_characters(
+    backends: Backends, model: ScriptedOpenAI
+) -> None:
+    # JSON escapes of half a surrogate pair, as an endpoint built on UTF-16 strings may send:
+    # each would fail the events that carry it, and the next request's body.
+    model.script(
+        Reply(
+            content="thinking \ud83d", tool_calls=[("call_s", "calculator", {"expression": "1+1"})]
+        ),
+        text("done \udce9"),
+        text("", chunks=["caf\u00e9 \ud83d", "\ude00 and \udce9"]),
+    )
+    events = await backends.run_to_end(backends.run_manager(openai_model(model)), "Try it")
+
+    assert types_of(events)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
+    outputs = [e["payload"]["output"] for e in events if e["type"] == "LLM_OUTPUT"]
+    assert outputs == ["thinking \ufffd", "done \ufffd", "caf\u00e9 \U0001f600 and \ufffd"]
+    deltas = [e["payload"]["delta"] for e in events if e["type"] == "THREAD_MESSAGE_DELTA"]
+    assert deltas == ["caf\u00e9 ", "\U0001f600 and \ufffd"]
+    # The second request carried the first reply back, made valid.
+    assert model.requests[1]["messages"][-2]["content"] == "thinking \ufffd"
+
+
 async def test_a_model_that_keeps_failing_ends_the_run_with_a_fatal_error(
     backends: Backends, model: ScriptedOpenAI
 ) -> None:

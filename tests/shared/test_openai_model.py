@@ -9,7 +9,7 @@ import pytest
 
 from shuttle.llm.factory import build_registry
 from shuttle.llm.openai_model import HttpClientKind, ModelOptions, OpenAIModel
-from shuttle.llm.protocol import LLMError
+from shuttle.llm.protocol import LLMError, ToolSchema
 from shuttle.settings import Settings
 from tests.support.scripted_openai import Reply, ScriptedOpenAI, error, text
 from tests.support.stack import free_ports
@@ -42,6 +42,24 @@ async def test_without_a_configured_model_the_endpoint_default_is_used(
     assert (await llm.chat([{"role": "user", "content": "hi"}])).content == "hello"
     assert llm.model == "scripted-model"
     assert server.requests[0]["model"] == "scripted-model"
+
+
+async def test_a_request_orjson_refuses_is_still_sent_whole(server: ScriptedOpenAI) -> None:
+    # A lone surrogate (a file name read with surrogateescape) and an int beyond 64 bits.
+    server.script(text("ok"))
+    llm = OpenAIModel(server.base_url, "k", "m", 10, 0)
+    bounded: ToolSchema = {
+        "type": "function",
+        "function": {
+            "name": "count",
+            "parameters": {"type": "object", "properties": {"n": {"maximum": 2**70}}},
+        },
+    }
+    result = await llm.chat([{"role": "user", "content": "open caf\udce9.txt"}], [bounded])
+    assert result.content == "ok"
+    sent = server.requests[0]
+    assert sent["messages"][0]["content"] == "open caf\udce9.txt"
+    assert sent["tools"][0]["function"]["parameters"]["properties"]["n"]["maximum"] == 2**70
 
 
 async def test_transient_failures_are_retried(server: ScriptedOpenAI) -> None:

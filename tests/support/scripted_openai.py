@@ -24,6 +24,14 @@ from starlette.routing import Route
 from tests.support.threaded_server import ThreadedServer
 
 
+class AsciiJSONResponse(JSONResponse):
+    """JSON escaped to ASCII, as many providers write it: it can carry a lone surrogate
+    ("\\udce9"), which the UTF-8 JSON of Starlette's own response cannot."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content).encode()
+
+
 @dataclass
 class Reply:
     """One scripted answer: text, tool calls, or an HTTP error."""
@@ -117,14 +125,14 @@ class ScriptedOpenAI:
             payload = {
                 "error": {"message": reply.content, "type": "scripted", "code": reply.error_code}
             }
-            return JSONResponse(payload, status_code=reply.status, headers=reply.headers)
+            return AsciiJSONResponse(payload, status_code=reply.status, headers=reply.headers)
         if reply.body is not None:
-            return JSONResponse(reply.body, headers=reply.headers)
+            return AsciiJSONResponse(reply.body, headers=reply.headers)
         if body.get("stream"):
             return StreamingResponse(
                 self._stream(reply), media_type="text/event-stream", headers=reply.headers
             )
-        return JSONResponse(self._completion(reply, body), headers=reply.headers)
+        return AsciiJSONResponse(self._completion(reply, body), headers=reply.headers)
 
     def _completion(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
@@ -197,7 +205,7 @@ class ScriptedOpenAI:
         yield b"data: [DONE]\n\n"
 
     async def _models(self, request: Request) -> Response:
-        return JSONResponse(
+        return AsciiJSONResponse(
             {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "test"}]}
         )
 

@@ -1,0 +1,49 @@
+"""Text that encodes as UTF-8, as protobuf and every byte stream need it.
+
+A Python str can hold lone surrogates: decoded with ``surrogateescape`` (file names), or
+parsed from JSON that escapes half a pair ("\\ud83d"), as a model endpoint built on UTF-16
+strings may send when it cuts its output between the two halves of an emoji. Such a string
+cannot be encoded, so one reaching an event or a request would fail it, far from its cause.
+"""
+
+from __future__ import annotations
+
+
+def ensure_utf8(text: str) -> str:
+    """`text`, with split surrogate pairs rejoined and lone surrogates made U+FFFD."""
+    if text.isascii():  # the common case, answered without encoding anything
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def _is_high_surrogate(char: str) -> bool:
+    return "\ud800" <= char <= "\udbff"
+
+
+class StreamedText:
+    """The pieces of one streamed text, each made valid UTF-8 as it is handed on.
+
+    A piece ending in the first half of a surrogate pair keeps that half back and puts it
+    before the next piece, so a pair cut between two pieces arrives as its character rather
+    than as two U+FFFD.
+    """
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def piece(self, text: str) -> str:
+        """What of `text` (after anything held back) can be handed on now."""
+        text = self._held + text
+        self._held = ""
+        if text and _is_high_surrogate(text[-1]):
+            self._held, text = text[-1], text[:-1]
+        return ensure_utf8(text)
+
+    def rest(self) -> str:
+        """What is still held back, once the stream has ended ("" or U+FFFD)."""
+        held, self._held = self._held, ""
+        return ensure_utf8(held)

@@ -1,0 +1,33 @@
+"""Text made encodable: lone surrogates replaced, split pairs rejoined, also across pieces."""
+
+from __future__ import annotations
+
+from shuttle.utf8 import StreamedText, ensure_utf8
+
+
+def test_lone_surrogates_are_replaced_and_pairs_rejoined() -> None:
+    assert ensure_utf8("a\ud800b") == "a\ufffdb"
+    assert ensure_utf8("\ud83d\ude00") == "😀"  # a split pair becomes the real character
+    assert ensure_utf8("caf\u00e9 😀") == "caf\u00e9 😀"
+    assert ensure_utf8("") == ""
+
+
+def test_a_pair_cut_between_two_pieces_arrives_whole() -> None:
+    text = StreamedText()
+    handed = [text.piece("one \ud83d"), text.piece("\ude00 two"), text.piece(" \udce9")]
+    assert handed == ["one ", "😀 two", " \ufffd"]
+    assert text.rest() == ""
+
+
+def test_a_first_half_left_at_the_end_is_replaced() -> None:
+    text = StreamedText()
+    assert text.piece("end \ud83d") == "end "
+    assert text.piece("") == ""  # still held: nothing new arrived
+    assert text.rest() == "\ufffd"
+    assert text.rest() == ""
+
+
+def test_a_first_half_followed_by_anything_else_is_replaced() -> None:
+    text = StreamedText()
+    assert text.piece("\ud83d") == ""
+    assert text.piece("x") == "\ufffdx"
