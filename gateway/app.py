@@ -21,6 +21,7 @@ from gateway.db import create_schema
 from gateway.errors import install_error_handlers
 from gateway.fanout import FanOut
 from gateway.grpc_web import GrpcWebProxy
+from gateway.json_response import Utf8JSONResponse
 from gateway.keys import KeyStore
 from gateway.openapi import install_openapi
 from gateway.ratelimit import RateLimiter
@@ -87,6 +88,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
         version="0.1.0",
         description="Submit tasks to agents and watch every step as an ordered event stream.",
         lifespan=lifespan,
+        default_response_class=Utf8JSONResponse,
     )
     app.state.settings = settings
     app.state.tickets = signer

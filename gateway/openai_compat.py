@@ -28,6 +28,7 @@ from gateway.tenancy import CallerDep
 from shuttle.envelope import type_name
 from shuttle.log_follow import UpstreamError, follow
 from shuttle.settings import Settings
+from shuttle.utf8 import json_text
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -233,7 +234,7 @@ async def _chunks(
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> ServerSentEvent:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         body = {**base, "object": "chat.completion.chunk", "choices": [choice], **extra}
-        return ServerSentEvent(data=json.dumps(body, ensure_ascii=False))
+        return ServerSentEvent(data=json_text(body))
 
     yield chunk({"role": "assistant", "content": ""})
     answer = StreamedAnswer()

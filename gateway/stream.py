@@ -28,6 +28,7 @@ from gateway.tickets import TicketSigner
 from shuttle.envelope import to_json_dict, type_name
 from shuttle.log_follow import UpstreamError
 from shuttle.metrics import SSE_CONNECTIONS
+from shuttle.utf8 import json_text
 from shuttle.v1 import common_pb2
 
 router = APIRouter(prefix="/api/v1", tags=["streams"])
@@ -71,7 +72,7 @@ def resume_point(header: str | None, query: str | None) -> int:
 def typed_frames(event: common_pb2.Event) -> list[ServerSentEvent]:
     return [
         ServerSentEvent(
-            data=json.dumps(to_json_dict(event), ensure_ascii=False),
+            data=json_text(to_json_dict(event)),
             event=type_name(event.type),
             id=str(event.seq),
         )
@@ -87,7 +88,7 @@ def fim_frames() -> Frames:
         # through an event's frames resumes from that event again.
         return [
             ServerSentEvent(
-                data=json.dumps(payload, ensure_ascii=False),
+                data=json_text(payload),
                 event=channel,
                 id=str(event.seq) if i == len(pairs) - 1 else None,
             )

@@ -8,6 +8,10 @@ cannot be encoded, so one reaching an event or a request would fail it, far from
 
 from __future__ import annotations
 
+import json
+
+import orjson
+
 
 def ensure_utf8(text: str) -> str:
     """`text`, with split surrogate pairs rejoined and lone surrogates made U+FFFD."""
@@ -18,6 +22,18 @@ def ensure_utf8(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     return text
+
+
+def json_text(value: object) -> str:
+    """`value` as compact JSON that encodes as UTF-8: other characters as they are, a lone
+    surrogate escaped (parsed again, the JSON gives back exactly `value`)."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        # orjson refuses a lone surrogate, an int beyond 64 bits, a key that is not a str;
+        # json writes them all, its ASCII output escaping the surrogate. What neither can
+        # write raises json's TypeError.
+        return json.dumps(value, separators=(",", ":"))
 
 
 def _is_high_surrogate(char: str) -> bool:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shuttle.envelope import TERMINAL_TYPES
+from shuttle.utf8 import ensure_utf8, json_text
 
 from .records import NewEvent, WorkflowStatus
 
@@ -127,7 +128,8 @@ def _with_usage(update: RowUpdate, payload: Mapping[str, Any]) -> RowUpdate:
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    # A column holds text: an escaped lone surrogate, parsed, cannot be stored as it is.
+    return ensure_utf8(value) if isinstance(value, str) else json_text(value)
 
 
 def _count(value: Any, default: int | None) -> int | None:

@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import replace
 
+from shuttle.utf8 import ensure_utf8, json_text
+
 from .records import NewEvent, StoredEvent
 
 STREAM_RESULT_LIMIT = 2_000
@@ -29,6 +31,9 @@ def shape_event(event: NewEvent) -> NewEvent:
     result = payload.get("result") if isinstance(payload, dict) else None
     if not isinstance(result, str):
         return event
+    # Parsed, an escaped lone surrogate is a character SQL cannot store: the whole result
+    # is kept as text, so such a character becomes U+FFFD there and in the cut alike.
+    result = ensure_utf8(result)
     shown, was_cut = cut(result)
     if not was_cut:
         return event
@@ -37,9 +42,9 @@ def shape_event(event: NewEvent) -> NewEvent:
     tool_name = payload.get("tool_name")
     return replace(
         event,
-        payload_json=json.dumps(payload, ensure_ascii=False),
+        payload_json=json_text(payload),
         full_result=result,
-        tool_name=tool_name if isinstance(tool_name, str) else "",
+        tool_name=ensure_utf8(tool_name) if isinstance(tool_name, str) else "",
     )
 
 
@@ -51,4 +56,4 @@ def with_full_result(event: StoredEvent, result: str) -> StoredEvent:
     """A stored TOOL_OBSERVATION with its whole result put back into the payload."""
     payload = json.loads(event.payload_json)
     payload["result"] = result
-    return replace(event, payload_json=json.dumps(payload, ensure_ascii=False))
+    return replace(event, payload_json=json_text(payload))

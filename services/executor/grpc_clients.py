@@ -28,7 +28,7 @@ from services.executor.ports import (
 from services.executor.runs import RunRequest
 from shuttle.envelope import type_value
 from shuttle.grpc_client import status_code, tenant_metadata
-from shuttle.utf8 import ensure_utf8
+from shuttle.utf8 import ensure_utf8, json_text
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc, tools_pb2, tools_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class GrpcEventSink:
                     agent_id=ensure_utf8(d.agent_id),
                     # protobuf refuses a lone surrogate, and with it the whole batch
                     message=ensure_utf8(d.message),
-                    payload_json=ensure_utf8(json.dumps(d.payload, ensure_ascii=False)),
+                    payload_json=json_text(d.payload),
                 )
                 for d in drafts
             ],

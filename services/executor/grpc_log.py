@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
@@ -29,6 +28,7 @@ from shuttle.grpc_client import (
     status_code,
     tenant_metadata,
 )
+from shuttle.utf8 import json_text
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 _CONTROL_TYPES = ("WORKFLOW_PAUSING", "WORKFLOW_PAUSED", "WORKFLOW_RESUMED", "WORKFLOW_CANCELLING")
@@ -200,7 +200,7 @@ class GrpcWorkflowLog:
                 common_pb2.EventDraft(
                     type=type_value(type_),
                     message=message,
-                    payload_json=json.dumps(dict(payload), ensure_ascii=False),
+                    payload_json=json_text(dict(payload)),
                 )
             ],
             # A command is its own producer: a retried RPC must not append it twice.

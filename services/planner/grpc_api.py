@@ -24,6 +24,7 @@ from shuttle.grpc_client import TENANT_METADATA_KEY
 from shuttle.grpc_server import Context
 from shuttle.llm.factory import ModelRegistry
 from shuttle.llm.protocol import LLM, ContextOverflowError, Message, TokenUsage
+from shuttle.utf8 import json_text
 from shuttle.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 
 _ROLES = {"system", "user", "assistant", "tool"}
@@ -146,7 +147,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         except StructuredOutputError as exc:
             await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         return planner_pb2.StructuredCallResponse(
-            value_json=json.dumps(result.value, ensure_ascii=False),
+            value_json=json_text(result.value),
             level=int(result.level),  # type: ignore[arg-type]
             attempts=result.attempts,
             usage=usage_pb(result.usage),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Protocol
 
@@ -12,6 +11,7 @@ from shuttle.envelope import type_value
 from shuttle.grpc_client import tenant_metadata
 from shuttle.llm.protocol import RecoveryNotice, RetryNotice
 from shuttle.llm.retry_events import LogEntry, recovery_entry, retry_entry
+from shuttle.utf8 import json_text
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class GrpcWorkflowLog:
                     type=type_value(type_),
                     agent_id=AGENT_ID,
                     message=message,
-                    payload_json=json.dumps(payload, ensure_ascii=False),
+                    payload_json=json_text(payload),
                 )
             ],
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Collection
 
 import pytest
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.events.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.events.hot import HotWindow, MemoryHotTier
 from services.events.log import EventLog
+from services.events.payloads import STREAM_RESULT_LIMIT
 from services.events.records import NewEvent, StoredEvent
 from services.events.store import SqlEventStore
 
@@ -345,6 +347,23 @@ async def test_payloads_valid_as_json_are_stored_as_sent(
     await event_log.append("wf-1", "t1", [NewEvent(type="PROGRESS", payload_json=payload_json)])
     page = await event_log.list_events("wf-1", "t1")
     assert [event.payload_json for event in page.events] == [payload_json]
+
+
+async def test_a_cut_observation_holding_escaped_lone_surrogates_is_stored(
+    event_log: EventLog,
+) -> None:
+    # Parsed to be cut, the escapes become characters that SQL cannot store as text.
+    result = "caf\udce9 " + "x" * STREAM_RESULT_LIMIT
+    payload_json = json.dumps({"tool_name": "read\ud800", "result": result})
+    await make(event_log)
+    await event_log.append("wf-1", "t1", [NewEvent("TOOL_OBSERVATION", payload_json=payload_json)])
+
+    (streamed,) = (await event_log.list_events("wf-1", "t1")).events
+    payload = json.loads(streamed.payload_json)
+    assert payload["result"] == ("caf\ufffd " + "x" * STREAM_RESULT_LIMIT)[:STREAM_RESULT_LIMIT]
+    assert payload["tool_name"] == "read\ud800" and payload["truncated"] is True
+    (whole,) = (await event_log.list_events("wf-1", "t1", full_results=True)).events
+    assert json.loads(whole.payload_json)["result"] == "caf\ufffd " + "x" * STREAM_RESULT_LIMIT
 
 
 async def test_append_after_stream_end_fails_precondition(event_log: EventLog) -> None:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from gateway.fim_dialect import FimTranslator
 from shuttle.envelope import EVENT_TYPE_NAMES
 from shuttle.grpc_client import tenant_metadata
+from shuttle.utf8 import json_text
 from shuttle.v1 import events_pb2, events_pb2_grpc
 from tests.events.helpers import draft
 from tests.fuzz.profiles import fewer, fuzz
@@ -75,7 +76,8 @@ def test_any_payload_becomes_frames_never_an_exception(
         }
         for channel, frame in translator.translate(event):
             assert channel in ("step", "answer", "compact", "phase", "inject", "done")
-            json.dumps(frame, ensure_ascii=False, allow_nan=False)  # what the stream writes
+            json.dumps(frame, allow_nan=False)  # no NaN or Infinity, which JSON lacks
+            json_text(frame).encode()  # what the stream writes
 
 
 # -- through the real log and route -----------------------------------------------------------

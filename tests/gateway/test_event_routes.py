@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -149,3 +150,47 @@ def test_history_with_full_results(running: Stack, events_workflow: str) -> None
     assert len(cut["events"][0]["payload"]["result"]) == 2000
     assert cut["events"][0]["payload"]["truncated"] is True
     assert full["events"][0]["payload"]["result"] == "y" * 3000
+
+
+async def test_payloads_with_escaped_lone_surrogates_reach_every_reader(
+    running: Stack, events: events_pb2_grpc.EventServiceAsyncStub
+) -> None:
+    # Valid JSON (what Python's json.dumps writes for a surrogate-escaped file name) whose
+    # parsed text UTF-8 cannot hold: rendering it naively broke the workflow's SSE feed.
+    created = await events.CreateWorkflow(events_pb2.CreateWorkflowRequest(), metadata=TENANT)
+    workflow_id = created.workflow_id
+    observation = {"tool_name": "read", "result": "\ud83d" + "y" * 3000}
+    await events.Append(
+        events_pb2.AppendRequest(
+            workflow_id=workflow_id,
+            events=[
+                draft("PROGRESS", {"path": "caf\udce9.txt"}),
+                draft("TOOL_OBSERVATION", observation),
+                draft("WORKFLOW_COMPLETED", {"result": "done \udce9"}),
+            ],
+        ),
+        metadata=TENANT,
+    )
+    async with httpx.AsyncClient(base_url=running.gateway, timeout=60) as client:
+        async with client.stream("GET", f"/api/v1/stream/sse?workflow_id={workflow_id}") as sse:
+            frames = await SseReader(sse).rest()
+        assert [f.event for f in frames] == [
+            "PROGRESS",
+            "TOOL_OBSERVATION",
+            "WORKFLOW_COMPLETED",
+            "STREAM_END",
+        ]
+        assert json.loads(frames[0].data)["payload"] == {"path": "caf\udce9.txt"}
+        shown = json.loads(frames[1].data)["payload"]["result"]
+        assert shown == ("\ufffd" + "y" * 3000)[:2000]  # cut, so stored as text
+        async with client.stream(
+            "GET", f"/api/v1/stream/sse?workflow_id={workflow_id}&dialect=fim"
+        ) as fim:
+            assert fim.status_code == 200
+            assert len(await SseReader(fim).rest()) >= 4
+        history = await client.get(f"/api/v1/tasks/{workflow_id}/events?full_results=true")
+    assert history.status_code == 200
+    payloads = [e["payload"] for e in history.json()["events"]]
+    assert payloads[0] == {"path": "caf\udce9.txt"}
+    assert payloads[1]["result"] == "\ufffd" + "y" * 3000
+    assert payloads[2] == {"result": "done \udce9"}

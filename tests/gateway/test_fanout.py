@@ -134,7 +134,7 @@ async def test_watchers_from_different_points_get_exactly_the_log_over_one_upstr
     assert tools.received == [(8, "TOOL_INVOKED"), (13, "STREAM_END")]
     # The bytes a watcher gets are the frames of exactly its events.
     assert everything.frames.count(b"\r\nevent: ") == len(log)
-    assert b'"seq": 13' in shared[0].frames
+    assert b'"seq":13,' in shared[0].frames
     # One call for the feed and one for the watcher from seq 1 until it reached the feed.
     assert catchups() - catchups_before == 1
     assert events_process.wait_for_finished_streams(calls_before + 2) == calls_before + 2

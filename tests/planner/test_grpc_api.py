@@ -53,6 +53,17 @@ async def test_structured_call_returns_value_level_attempts_and_usage(
     assert reply.usage.output_tokens == 14 and reply.usage.cost_usd > 0
 
 
+async def test_a_structured_value_holding_an_escaped_lone_surrogate_comes_back_whole(
+    planner: planner_pb2_grpc.PlannerServiceAsyncStub, server: ScriptedOpenAI
+) -> None:
+    # The arguments escape it as JSON may; parsed, it is text protobuf cannot carry as is.
+    server.script(tool_call("give", {"n": 5, "file": "caf\udce9.txt"}))
+    reply = await planner.StructuredCall(
+        planner_pb2.StructuredCallRequest(messages=USER, json_schema=SCHEMA, schema_name="give")
+    )
+    assert json.loads(reply.value_json) == {"n": 5, "file": "caf\udce9.txt"}
+
+
 async def test_structured_call_default_and_failure(
     planner: planner_pb2_grpc.PlannerServiceAsyncStub, server: ScriptedOpenAI
 ) -> None:

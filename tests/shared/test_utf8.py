@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from shuttle.utf8 import StreamedText, ensure_utf8
+import json
+
+from shuttle.utf8 import StreamedText, ensure_utf8, json_text
 
 
 def test_lone_surrogates_are_replaced_and_pairs_rejoined() -> None:
@@ -31,3 +33,14 @@ def test_a_first_half_followed_by_anything_else_is_replaced() -> None:
     text = StreamedText()
     assert text.piece("\ud83d") == ""
     assert text.piece("x") == "\ufffdx"
+
+
+def test_json_text_writes_text_as_it_is_and_escapes_only_what_utf8_cannot_hold() -> None:
+    assert (
+        json_text({"a": "caf\u00e9 😀", "b": [1, 2.5, None]})
+        == '{"a":"caf\u00e9 😀","b":[1,2.5,null]}'
+    )
+    unusual = {"path": "caf\udce9.txt", "big": 2**70}
+    text = json_text(unusual)
+    text.encode("utf-8")  # must not raise
+    assert json.loads(text) == unusual
