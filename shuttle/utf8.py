@@ -24,16 +24,21 @@ def ensure_utf8(text: str) -> str:
     return text
 
 
-def json_text(value: object) -> str:
-    """`value` as compact JSON that encodes as UTF-8: other characters as they are, a lone
-    surrogate escaped (parsed again, the JSON gives back exactly `value`)."""
+def json_bytes(value: object) -> bytes:
+    """`value` as compact UTF-8 JSON: characters as they are, but a lone surrogate escaped
+    (parsed again, the JSON gives back exactly `value`)."""
     try:
-        return orjson.dumps(value).decode()
+        return orjson.dumps(value)
     except orjson.JSONEncodeError:
         # orjson refuses a lone surrogate, an int beyond 64 bits, a key that is not a str;
         # json writes them all, its ASCII output escaping the surrogate. What neither can
         # write raises json's TypeError.
-        return json.dumps(value, separators=(",", ":"))
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
+def json_text(value: object) -> str:
+    """`json_bytes(value)` as a str, for protobuf fields and SSE frames."""
+    return json_bytes(value).decode()
 
 
 def _is_high_surrogate(char: str) -> bool:

@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import orjson
-
 from shuttle.llm.protocol import (
     ChatResult,
     Message,
@@ -24,7 +22,7 @@ from shuttle.llm.protocol import (
     ToolChoice,
     ToolSchema,
 )
-from shuttle.utf8 import ensure_utf8
+from shuttle.utf8 import ensure_utf8, json_bytes
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -52,22 +50,9 @@ class ChatRequest:
         if self.stream:
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}
-        try:
-            # A tenth of json.dumps's time: 0.009 against 0.105 ms for the 101 messages of a
-            # 50-round run, paid on every call.
-            return orjson.dumps(payload, default=_sequence)
-        except orjson.JSONEncodeError:
-            # orjson refuses some of what json writes: a str holding a lone surrogate (a file
-            # name read with surrogateescape), an int beyond 64 bits, a key that is not a str.
-            # ASCII output escapes such a surrogate, which UTF-8 cannot encode. What neither
-            # can write raises json's TypeError.
-            return json.dumps(payload, default=_sequence).encode()
-
-
-def _sequence(value: Any) -> Any:
-    if isinstance(value, tuple | list):
-        return list(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+        # orjson: a tenth of json.dumps's time, 0.009 against 0.105 ms for the 101 messages of
+        # a 50-round run, paid on every call.
+        return json_bytes(payload)
 
 
 # Responses are read as parsed JSON (the client's `post` with `cast_to=object`): building the
