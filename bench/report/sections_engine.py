@@ -60,7 +60,9 @@ encodes the body itself and sends it with the same client's `post`. Median (p25â
 {chart}
 
 What still grows on Shuttle's side is encoding and sending the bytes themselves (the
-200-message history is about 100 KB of JSON).
+200-message history is about 100 KB of JSON). The body is encoded with orjson: with the
+standard `json.dumps` the 200-message call took 0.74 ms on the machine of this run, more
+than twice as long, and the 50-message one 0.44 ms.
 """
 
 
@@ -136,7 +138,13 @@ profile of the executor during runs of K = 25 (`py-spy record -f raw` on the pro
 the model call (SDK, HTTP) at about 23 % of its busy samples, the rest of the engine (loop,
 policies, reporter, emitter) at about 8 %, and gRPC (the tool call, the Appends, relaying
 the log, and the library's compiled callbacks) at about 35 %; the section on CPU per run
-below gives what each process spends.
+below gives what each process spends. Timed from inside the loop instead (timestamps around
+the model call and the tool batch, runs of K = 50 beside the bare loop, while writing this),
+the engine's own steps took 0.15 ms of an iteration; the model call took 2.7 ms (median)
+where the bare loop's whole iteration took 1.5 ms, and the tool batch 2.1 ms where the same
+`ToolService.Execute` timed alone answers in 1.1 ms. What Shuttle adds per iteration is the
+tool's round trip and, on both waits, the two cores the iteration's log traffic (two Appends,
+their answers, five events relayed) shares with them.
 """
 
 
