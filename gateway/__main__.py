@@ -10,6 +10,7 @@ import sys
 import uvicorn
 
 from gateway.app import create_app
+from shuttle.heap import freeze_startup_heap
 from shuttle.logs import configure_logging
 from shuttle.settings import AuthMode, SettingsError, is_loopback, load_settings
 from shuttle.telemetry import configure_tracing, shutdown_tracing
@@ -65,6 +66,7 @@ def main() -> None:
     # the process, so a clean stop exits 0 as the other services do.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
+    freeze_startup_heap(settings.gc_freeze)  # the app and every module it imported
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

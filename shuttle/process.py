@@ -8,6 +8,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from shuttle.grpc_server import GrpcService, PortInUseError, run_until_signalled
+from shuttle.heap import freeze_startup_heap
 from shuttle.logs import configure_logging
 from shuttle.metrics import serve_metrics
 from shuttle.settings import Settings, SettingsError, load_settings
@@ -31,6 +32,7 @@ def main(service: str, build: ServiceFactory) -> None:
 
     async def serve() -> None:
         grpc_service = await build(settings)
+        freeze_startup_heap(settings.gc_freeze)
         await run_until_signalled(
             grpc_service,
             host,

@@ -171,6 +171,8 @@ class Settings(BaseSettings):
     # Prometheus metrics of a gRPC service on their own HTTP port (0: off); the gateway
     # serves /metrics on its own port.
     metrics_port: int = Field(0, ge=0, le=65535)
+    # Leave the startup heap out of garbage collections (shuttle/heap.py); off only to compare.
+    gc_freeze: bool = True
 
     # The standard OpenTelemetry variables; traces leave the process only when an OTLP
     # endpoint or OTEL_TRACES_EXPORTER=otlp is set.
