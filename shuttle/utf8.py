@@ -25,8 +25,9 @@ def ensure_utf8(text: str) -> str:
 
 
 def json_bytes(value: object) -> bytes:
-    """`value` as compact UTF-8 JSON: characters as they are, but a lone surrogate escaped
-    (parsed again, the JSON gives back exactly `value`)."""
+    """`value` as compact UTF-8 JSON: characters as they are, but a lone surrogate escaped,
+    so parsed again it gives back `value` (orjson writes NaN and the infinities, which JSON
+    lacks, as null)."""
     try:
         return orjson.dumps(value)
     except orjson.JSONEncodeError:
