@@ -37,7 +37,7 @@ def test_the_startup_heap_leaves_later_collections_and_its_garbage_is_freed() ->
 
     assert garbage() is None  # collected first, not kept for ever
     assert gc.get_freeze_count() >= len(built)
-    assert not gc.is_finalized(built[0]) and built[0] not in gc.get_objects()
+    assert built[0] not in gc.get_objects()  # what collections walk
 
 
 def test_switched_off_the_collector_sees_everything() -> None:
