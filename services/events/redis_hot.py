@@ -28,6 +28,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from shuttle.paced_signal import DEFAULT_SECONDS_PER_WAITER
+from shuttle.utf8 import json_bytes
 
 from .hot import DEFAULT_MAX_EVENTS, DEFAULT_TTL_SECONDS, HotWindow, MemoryHotTier
 from .records import StoredEvent
@@ -135,7 +136,7 @@ class RedisHotTier:
         await self._local.publish(workflow_id, events)
         if not events or not self.available:
             return
-        args: list[str | int] = [self._max_events, self._ttl]
+        args: list[str | int | bytes] = [self._max_events, self._ttl]
         for event in events:
             args += (f"{event.seq}-0", encode(event))
         try:
@@ -225,8 +226,8 @@ def _contiguous(events: list[StoredEvent]) -> list[StoredEvent]:
     return events
 
 
-def encode(event: StoredEvent) -> str:
-    return json.dumps(
+def encode(event: StoredEvent) -> bytes:
+    return json_bytes(
         [
             event.type,
             event.agent_id,
@@ -235,8 +236,7 @@ def encode(event: StoredEvent) -> str:
             event.timestamp.isoformat(),
             event.trace_id,
             event.seq,
-        ],
-        ensure_ascii=False,
+        ]
     )
 
 
