@@ -9,7 +9,6 @@ an APPROVAL_DECISION appended by anyone else cannot approve anything.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from services.tools.approvals import (
     ApprovalStore,
 )
 from shuttle.metrics import APPROVALS_PENDING
+from shuttle.utf8 import json_text
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class ApprovalService:
 
     async def request_and_wait(self, request: ApprovalRequest) -> Approval:
         """Ask for a decision and wait for it; returns the decided approval (timeout too)."""
-        arguments_json = json.dumps(request.arguments, ensure_ascii=False)
+        arguments_json = json_text(request.arguments)
         approval = await self._store.create(
             tenant_id=request.tenant_id,
             workflow_id=request.workflow_id,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from services.tools.approval_flow import LogEvent
 from shuttle.envelope import type_name, type_value
+from shuttle.utf8 import json_text
 from shuttle.v1 import common_pb2, events_pb2
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ class GrpcWorkflowLog:
                         type=type_value(event.type),
                         agent_id=event.agent_id,
                         message=event.message,
-                        payload_json=json.dumps(event.payload, ensure_ascii=False),
+                        payload_json=json_text(event.payload),
                     )
                     for event in events
                 ],

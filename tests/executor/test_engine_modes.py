@@ -366,3 +366,17 @@ async def test_a_failed_selection_keeps_every_tool(
     selected = of_type(events, "STATUS_UPDATE")[1]["payload"]
     assert selected == {"phase": "tools_selected", "selected": names, "fell_back": True}
     assert [t["function"]["name"] for t in script.loop_calls[0]["tools"]] == names
+
+
+async def test_tool_arguments_holding_half_a_surrogate_pair_reach_the_tool(
+    backends: Backends, server: ScriptedOpenAI, mode: str
+) -> None:
+    # Half a pair, escaped in the model's JSON: parsed, it is a str that UTF-8 cannot encode.
+    script = AgentModel(calc("2+2 \ud83d"), answer("Could not."))
+    events = await backends.run_to_end(manager(backends, server, script, mode, **QUIET), "Try")
+
+    assert types_of(events)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
+    # Both modes hand the tool what the model sent, escaped on the wire as it came.
+    assert first(events, "TOOL_INVOKED")["payload"]["tool_args"] == {"expression": "2+2 \ud83d"}
+    observation = first(events, "TOOL_OBSERVATION")["payload"]["result"]
+    assert observation.startswith("Error: calculator: could not parse '2+2 \\ud83d'")

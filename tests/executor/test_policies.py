@@ -40,7 +40,7 @@ def test_json_actions_are_found_in_fences_and_prose() -> None:
     )
     action = parse_action(fenced)
     assert action is not None and action.type == "tool_call"
-    assert action.tool_name == "calculator" and action.arguments_json == '{"expression": "1+1"}'
+    assert action.tool_name == "calculator" and action.arguments_json == '{"expression":"1+1"}'
     final = parse_action('I am done. {"type": "final_answer", "answer": {"total": 3}}')
     assert final is not None and final.answer == '{"total": 3}'
     assert extract_json_object('{not json} then {"a": 1}') == {"a": 1}

@@ -62,14 +62,19 @@ async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterat
         await events_service.stop(grace=0)
 
 
-def execute(cluster: Cluster, workflow_id: str, replica: int = 0) -> asyncio.Task[object]:
+SIX_TIMES_SEVEN = '{"expression": "6*7"}'
+
+
+def execute(
+    cluster: Cluster, workflow_id: str, replica: int = 0, arguments_json: str = SIX_TIMES_SEVEN
+) -> asyncio.Task[object]:
     request = tools_pb2.ExecuteRequest(
         workflow_id=workflow_id,
         tenant_id=TENANT,
         call_id="call-1",
         agent_id="agent-main",
         tool_name="calculator",
-        arguments_json='{"expression": "6*7"}',
+        arguments_json=arguments_json,
     )
     return asyncio.ensure_future(cluster.tools[replica].Execute(request))
 
@@ -156,6 +161,28 @@ async def test_denied_blocks_with_a_final_decision(cluster: Cluster) -> None:
     assert response.blocked
     assert "denied" in response.block_reason and "final" in response.block_reason
     assert "not in prod" in response.block_reason
+
+
+async def test_arguments_utf8_cannot_hold_still_reach_the_approver(cluster: Cluster) -> None:
+    # Half a surrogate pair, escaped in the JSON as a model may send it: parsed, it is a str
+    # that UTF-8 cannot encode, in the approval's row and in the events that announce it.
+    workflow_id = await create_workflow(cluster.events, TENANT)
+    pending = execute(cluster, workflow_id, arguments_json='{"expression": "6*7 \\ud83d"}')
+    requested = await wait_for_event(cluster.events, workflow_id, TENANT, "APPROVAL_REQUESTED")
+    assert requested["payload"]["details"]["arguments"] == {"expression": "6*7 \ud83d"}
+    listed = await cluster.tools[1].ListApprovals(
+        tools_pb2.ListApprovalsRequest(tenant_id=TENANT, pending_only=True)
+    )
+    assert [json.loads(a.arguments_json) for a in listed.approvals] == [
+        {"expression": "6*7 \ud83d"}
+    ]
+    await cluster.tools[1].DecideApproval(
+        tools_pb2.DecideApprovalRequest(
+            approval_id=requested["payload"]["approval_id"], tenant_id=TENANT, decision="denied"
+        )
+    )
+    response = await pending
+    assert isinstance(response, tools_pb2.ExecuteResponse) and response.blocked
 
 
 async def test_racing_decisions_have_one_winner(cluster: Cluster) -> None:

@@ -164,14 +164,22 @@ async def test_node_provider_runs_behind_the_hooks(
     ok = await execute(stub, "node_reverse", {"text": "TERCES olleh"})
     # The provider saw the call's context; the redact hook rewrote its output.
     assert ok.observation == "hello [redacted] (call call-7 of acme)"
+    # Half a surrogate pair goes on escaped, as the model sent it. The provider echoes it
+    # back as bytes that are not UTF-8, which protobuf cannot read.
+    halved = await execute(stub, "node_reverse", {"text": "ab\ud83d"})
+    assert halved.error == (
+        "node_reverse: the tool provider 'node' sent a reply that is not a valid "
+        "ProviderExecuteResponse (string fields must be UTF-8)"
+    )
     invalid = await execute(stub, "node_reverse", {"text": 5})
     assert invalid.error and "invalid arguments for 'node_reverse'" in invalid.observation
     failed = await execute(stub, "node_fail", {})
     assert failed.error == "node_fail: the upstream API rejected the request"
     locked = await execute(stub, "node_fail", {}, tenant="locked")
     assert locked.blocked and locked.block_reason == "failing tools are off for this tenant"
-    assert await audit_rows(settings, 3) == [
+    assert await audit_rows(settings, 4) == [
         ("acme", "node_reverse", "ok"),
+        ("acme", "node_reverse", "error"),
         ("acme", "node_fail", "error"),
         ("locked", "node_fail", "blocked"),
     ]

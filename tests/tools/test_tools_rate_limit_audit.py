@@ -256,3 +256,22 @@ async def test_forgetting_a_workflow_waits_for_its_queued_audit_rows(
     async with engine.connect() as conn:
         rows = (await conn.execute(select(tool_audit))).all()
     assert forgotten.records == 1 and rows == []
+
+
+async def test_arguments_and_output_utf8_cannot_hold_lose_no_audit_rows(
+    registry: ToolRegistry, engine: AsyncEngine, audit_writes: WriteTransactions
+) -> None:
+    # Half a surrogate pair, escaped in the JSON arguments as a model may send it; rows are
+    # written in batches, so one row the database refuses would take its neighbours along.
+    chain = HookChain([AuditHook(writes=audit_writes)])
+    host = ToolHost(registry, hooks=chain)
+    await asyncio.gather(
+        host.execute(call("repeat", "acme", text="before")),
+        host.execute(call("repeat", "acme", text="caf\udce9")),
+        host.execute(call("repeat", "acme", text="after")),
+    )
+    await chain.drain()
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(tool_audit).order_by(tool_audit.c.id))).all()
+    assert [json.loads(r.arguments_json)["text"] for r in rows] == ["before", "caf\udce9", "after"]
+    assert [r.result for r in rows] == ["before", "caf\ufffd", "after"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.executor.ports import ToolDefinition
+from shuttle.utf8 import json_text
 
 JSON_SYSTEM_PROMPT = """\
 You are a capable assistant that solves the user's task step by step, using tools when they \
@@ -109,7 +110,7 @@ def _action_of(data: dict[str, Any]) -> JsonAction | None:
             args = {}
         if not isinstance(args, dict):
             return None  # tools take an object of named arguments
-        arguments_json = json.dumps(args, ensure_ascii=False)
+        arguments_json = json_text(args)  # a lone surrogate escaped, as native calls bring it
         return JsonAction("tool_call", reasoning, data["tool_name"], arguments_json)
     if kind == "final_answer" and "answer" in data:
         answer = data["answer"]

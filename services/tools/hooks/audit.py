@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,6 +22,7 @@ from sqlalchemy import Connection
 from services.tools.db import tool_audit
 from services.tools.hooks.base import CallRecord, Hook, HookContext, PostResult
 from shuttle.sql_transactions import WriteTransactions
+from shuttle.utf8 import ensure_utf8, json_text
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +104,12 @@ def _row(ctx: HookContext, record: CallRecord) -> dict[str, Any]:
         "call_id": ctx.call_id,
         "agent_id": ctx.agent_id,
         "tool_name": ctx.tool.name,
-        "arguments_json": json.dumps(ctx.arguments, ensure_ascii=False),
+        # Rows go in batches: text the database cannot encode would fail its neighbours too.
+        "arguments_json": json_text(ctx.arguments),
         "outcome": record.outcome,
-        "error": record.error,
+        "error": ensure_utf8(record.error),
         "blocked_by": record.blocked_by,
-        "block_reason": record.block_reason,
-        "result": (record.full_output or record.observation)[:MAX_RECORDED_CHARS],
+        "block_reason": ensure_utf8(record.block_reason),
+        "result": ensure_utf8((record.full_output or record.observation)[:MAX_RECORDED_CHARS]),
         "duration_ms": record.duration_ms,
     }

@@ -10,6 +10,7 @@ import grpc
 
 from services.tools.catalog import Artifact, ToolError, ToolOutput, ToolSpec
 from shuttle.grpc_client import open_channel
+from shuttle.utf8 import json_text
 from shuttle.v1 import tool_provider_pb2, tool_provider_pb2_grpc, tools_pb2
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class RemoteTool:
             response = await self._stub.Execute(
                 tool_provider_pb2.ProviderExecuteRequest(
                     tool_name=self._spec.name,
-                    arguments_json=json.dumps(args, ensure_ascii=False),
+                    arguments_json=json_text(args),
                     call_id=call.call_id,
                     workflow_id=call.workflow_id,
                     tenant_id=call.tenant_id,
@@ -73,6 +74,11 @@ class RemoteTool:
                 f"{self._spec.name}: the tool provider {self._provider!r} failed: "
                 f"{exc.code().name}: {exc.details()}"
             ) from None
+        if response is None:  # grpc.aio hands back None for a reply it could not parse
+            raise ToolError(
+                f"{self._spec.name}: the tool provider {self._provider!r} sent a reply that is "
+                "not a valid ProviderExecuteResponse (string fields must be UTF-8)"
+            )
         if response.error:
             raise ToolError(response.error)
         return ToolOutput(
