@@ -28,7 +28,7 @@ from gateway.tenancy import CallerDep
 from shuttle.envelope import type_name
 from shuttle.log_follow import UpstreamError, follow
 from shuttle.settings import Settings
-from shuttle.utf8 import json_text
+from shuttle.utf8 import ensure_utf8, json_text
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -67,9 +67,13 @@ def model_names(settings: Settings) -> list[str]:
 
 
 def _text(content: str | list[dict[str, Any]] | None) -> str:
+    """A message's text; half a surrogate pair (JSON may escape one) becomes U+FFFD, which
+    the task's gRPC request can carry."""
     if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if part.get("type") == "text")
-    return content or ""
+        text = "".join(str(part.get("text", "")) for part in content if part.get("type") == "text")
+    else:
+        text = content or ""
+    return ensure_utf8(text)
 
 
 def task_of(body: ChatCompletionRequest, settings: Settings) -> TaskSpec:

@@ -41,6 +41,26 @@ def test_a_chat_completion_runs_the_last_user_message(auth_stack: AuthStack) -> 
         assert api.get(f"/api/v1/tasks/{workflow_id}").json()["query"] == "What is 12*7?"
 
 
+def test_half_a_surrogate_pair_in_a_message_becomes_a_replacement_character(
+    auth_stack: AuthStack,
+) -> None:
+    # Escaped in JSON, as a client holding UTF-16 strings may send it; parsed, it is a str
+    # that UTF-8 (and so the task's gRPC request) cannot encode.
+    body = (
+        b'{"model": "shuttle-auto", "messages": [{"role": "user", "content": "hi \\ud83d"}, '
+        b'{"role": "assistant", "content": "hello"}, '
+        b'{"role": "user", "content": [{"type": "text", "text": "What is 2*3? \\udce9"}]}]}'
+    )
+    with auth_stack.client(auth_stack.key_a) as api:
+        reply = api.post(
+            "/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}
+        )
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"][0]["message"]["content"] == "[demo model] 2*3 = 6"
+        task = api.get(f"/api/v1/tasks/{reply.json()['shuttle_workflow_id']}").json()
+    assert task["query"] == "What is 2*3? \ufffd"
+
+
 def test_a_streamed_chat_completion_carries_the_answer_in_chunks(auth_stack: AuthStack) -> None:
     client = client_for(auth_stack, auth_stack.key_a)
     stream = client.chat.completions.create(
