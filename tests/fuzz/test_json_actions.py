@@ -45,12 +45,14 @@ def embed(body: str, before: str, after: str, fenced: bool) -> str:
 @example('{"a":' + "[" * 100_000)  # nesting deeper than the decoder's recursion limit
 @example('{"type": "tool_call", "tool_name": "calc", "tool_args": {"x": NaN}}')
 @example('{"type": "tool_call", "tool_name": "calc", "tool_args": [1, 2]}')
+@example('{"type": "tool_call", "tool_name": "calc", "tool_args": {"x": "\\ud83d"}}')
 def test_arbitrary_text_is_an_action_or_none_never_an_exception(text: str) -> None:
     action = parse_action(text)
     assert action is None or action.type in ("tool_call", "final_answer")
     if action is not None and action.type == "tool_call":
         assert action.tool_name
         assert isinstance(json.loads(action.arguments_json), dict)
+        action.arguments_json.encode()  # it goes out in a protobuf string
 
 
 @fuzz
@@ -74,6 +76,16 @@ def test_arbitrary_text_is_an_action_or_none_never_an_exception(text: str) -> No
     indent=None,
     ascii_only=True,
 )  # an object before the action that is not an action itself
+@example(
+    name="calculator",
+    args={"expression": "1+1 \ud83d"},
+    reasoning="",
+    before="",
+    after="",
+    fenced=False,
+    indent=None,
+    ascii_only=True,
+)  # half a surrogate pair, escaped
 def test_a_tool_call_in_any_wrapping_parses_back_to_itself(
     name: str,
     args: dict[str, Any],
@@ -93,6 +105,7 @@ def test_a_tool_call_in_any_wrapping_parses_back_to_itself(
     assert action is not None
     assert (action.type, action.tool_name, action.reasoning) == ("tool_call", name, reasoning)
     assert json.loads(action.arguments_json) == args
+    action.arguments_json.encode()
 
 
 @fuzz
