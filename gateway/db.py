@@ -16,10 +16,11 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
-    Text,
     UniqueConstraint,
 )
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from shuttle.db import StoredString, StoredText
 
 metadata = MetaData()
 
@@ -45,7 +46,7 @@ tasks = Table(
     Column("request_hash", String(64), nullable=False),
     # NULL while the request holding the key is still starting the run.
     Column("workflow_id", String(128), nullable=True),
-    Column("query", Text, nullable=False),
+    Column("query", StoredText, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, index=True),
     UniqueConstraint("tenant_id", "idempotency_key", name="uq_gateway_tasks_idempotency"),
 )
@@ -57,7 +58,7 @@ sessions = Table(
     metadata,
     Column("tenant_id", String(128), primary_key=True),
     Column("session_id", String(128), primary_key=True),
-    Column("title", String(200), nullable=False, default=""),
+    Column("title", StoredString(200), nullable=False, default=""),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, index=True),
 )
@@ -69,9 +70,9 @@ session_turns = Table(
     Column("tenant_id", String(128), nullable=False),
     Column("session_id", String(128), nullable=False),
     Column("workflow_id", String(128), nullable=True, index=True),
-    Column("user_message", Text, nullable=False),
+    Column("user_message", StoredText, nullable=False),
     # NULL until the run ended (filled from the workflow's outcome when next read).
-    Column("answer", Text, nullable=True),
+    Column("answer", StoredText, nullable=True),
     Column("status", String(16), nullable=False),
     Column("input_tokens", BigInteger, nullable=False, default=0),
     Column("output_tokens", BigInteger, nullable=False, default=0),

@@ -6,10 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Dialect, Engine, TypeDecorator, event
+from sqlalchemy import DateTime, Dialect, Engine, String, Text, TypeDecorator, event
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from shuttle.utf8 import storable_text
 
 # How long a SQLite writer waits for another one before "database is locked". Appends are
 # short transactions, so a generous bound only matters under a burst of concurrent runs.
@@ -84,3 +86,21 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class StoredText(TypeDecorator[str]):
+    """Free text (a user's query, a tool's output) as every backend stores it: NUL, which
+    PostgreSQL refuses, and lone surrogates become U+FFFD (`storable_text`). Rows go in
+    batches, so one refused value would fail the rows written beside it."""
+
+    impl: type[String] = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else storable_text(value)
+
+
+class StoredString(StoredText):
+    """`StoredText` in a column of bounded length: ``StoredString(200)``."""
+
+    impl = String

@@ -24,6 +24,13 @@ def ensure_utf8(text: str) -> str:
     return text
 
 
+def storable_text(text: str) -> str:
+    """`text` as any SQL database stores it: valid UTF-8 (see `ensure_utf8`), and NUL, which
+    PostgreSQL refuses in text (and so fails the rows written with it), as U+FFFD."""
+    text = ensure_utf8(text)
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
 def json_bytes(value: object) -> bytes:
     """`value` as compact UTF-8 JSON: characters as they are, but a lone surrogate escaped,
     so parsed again it gives back `value` (orjson writes NaN and the infinities, which JSON

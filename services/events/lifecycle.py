@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shuttle.envelope import TERMINAL_TYPES
-from shuttle.utf8 import ensure_utf8, json_text
+from shuttle.utf8 import json_text, storable_text
 
 from .records import NewEvent, WorkflowStatus
 
@@ -128,8 +128,8 @@ def _with_usage(update: RowUpdate, payload: Mapping[str, Any]) -> RowUpdate:
 
 
 def _text(value: Any) -> str:
-    # A column holds text: an escaped lone surrogate, parsed, cannot be stored as it is.
-    return ensure_utf8(value) if isinstance(value, str) else json_text(value)
+    # A column holds text: an escaped NUL or lone surrogate, parsed, may not be storable.
+    return storable_text(value) if isinstance(value, str) else json_text(value)
 
 
 def _count(value: Any, default: int | None) -> int | None:

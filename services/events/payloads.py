@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import replace
 
-from shuttle.utf8 import ensure_utf8, json_text
+from shuttle.utf8 import json_text, storable_text
 
 from .records import NewEvent, StoredEvent
 
@@ -24,16 +24,21 @@ def cut(text: str, limit: int = STREAM_RESULT_LIMIT) -> tuple[str, bool]:
 def shape_event(event: NewEvent) -> NewEvent:
     """A TOOL_OBSERVATION whose ``result`` is longer than the limit gets the cut result and
     ``truncated: true`` in its payload; the whole result rides along in ``full_result``
-    to be stored beside it. Every other event is returned as it is."""
+    to be stored beside it. Text columns get storable text (`storable_text`) here, before
+    the event is streamed, so that a replay reads what the live stream showed."""
+    # Text parsed from protobuf is valid UTF-8 already: on the append's hot path only NUL,
+    # which protobuf allows and PostgreSQL refuses, is looked for.
+    if "\x00" in event.agent_id or "\x00" in event.message or "\x00" in event.trace_id:
+        event = _storable(event)
     if event.type != "TOOL_OBSERVATION" or not event.payload_json:
         return event
     payload = json.loads(event.payload_json)
     result = payload.get("result") if isinstance(payload, dict) else None
     if not isinstance(result, str):
         return event
-    # Parsed, an escaped lone surrogate is a character SQL cannot store: the whole result
-    # is kept as text, so such a character becomes U+FFFD there and in the cut alike.
-    result = ensure_utf8(result)
+    # Parsed, an escaped NUL or lone surrogate is a character SQL may refuse: the whole
+    # result is kept as text, so such a character becomes U+FFFD there and in the cut alike.
+    result = storable_text(result)
     shown, was_cut = cut(result)
     if not was_cut:
         return event
@@ -44,7 +49,16 @@ def shape_event(event: NewEvent) -> NewEvent:
         event,
         payload_json=json_text(payload),
         full_result=result,
-        tool_name=ensure_utf8(tool_name) if isinstance(tool_name, str) else "",
+        tool_name=storable_text(tool_name) if isinstance(tool_name, str) else "",
+    )
+
+
+def _storable(event: NewEvent) -> NewEvent:
+    return replace(
+        event,
+        agent_id=storable_text(event.agent_id),
+        message=storable_text(event.message),
+        trace_id=storable_text(event.trace_id),
     )
 
 

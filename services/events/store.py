@@ -20,6 +20,7 @@ from shuttle.sql_transactions import (
     engine_url,
     usable,
 )
+from shuttle.utf8 import storable_text
 
 from .append_tx import Outcome, append_group, earlier_append, repeat_of, workflow_row
 from .errors import AlreadyExists, EventsError
@@ -87,6 +88,7 @@ class SqlEventStore:
     ) -> WorkflowRecord:
         """Register a workflow with an empty log; AlreadyExists if the id is taken."""
         now = self._clock()
+        owner, query, session_id = map(storable_text, (owner, query, session_id))
         record = WorkflowRecord(
             workflow_id=workflow_id,
             tenant_id=tenant_id,

@@ -19,7 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from shuttle.db import UtcDateTime
+from shuttle.db import StoredText, UtcDateTime
 
 ID_LENGTH = 128
 
@@ -38,11 +38,11 @@ tool_audit = Table(
     Column("arguments_json", Text, nullable=False),
     # ok | error | blocked
     Column("outcome", String(16), nullable=False),
-    Column("error", Text, nullable=False),
+    Column("error", StoredText, nullable=False),
     Column("blocked_by", String(ID_LENGTH), nullable=False),
-    Column("block_reason", Text, nullable=False),
+    Column("block_reason", StoredText, nullable=False),
     # The tool's whole output, before any hook shortened it for the model.
-    Column("result", Text, nullable=False),
+    Column("result", StoredText, nullable=False),
     Column("duration_ms", BigInteger, nullable=False),
     Index("ix_tool_audit_tenant_workflow", "tenant_id", "workflow_id"),
 )
@@ -61,7 +61,7 @@ tool_approvals = Table(
     # pending | approved | denied | timeout
     Column("status", String(16), nullable=False),
     Column("decided_by", String(ID_LENGTH), nullable=False),
-    Column("comment", Text, nullable=False),
+    Column("comment", StoredText, nullable=False),
     Column("requested_at", UtcDateTime, nullable=False),
     Column("expires_at", UtcDateTime, nullable=False),
     Column("decided_at", UtcDateTime, nullable=True),

@@ -455,3 +455,34 @@ async def test_events_published_while_a_new_subscriber_reads_sql_are_not_skipped
     await event_log.append("wf-1", "t1", FINISH)
     assert seqs(await subscriber.take(2)) == [3, 4]
     await subscriber.task
+
+
+async def test_nul_characters_are_stored_as_replacement_characters_everywhere(
+    event_log: EventLog,
+) -> None:
+    # PostgreSQL refuses NUL in text, and one refused row fails its whole batch; SQLite
+    # takes it. Both store U+FFFD, and the live stream matches what a replay reads.
+    await event_log.create_workflow(tenant_id="t1", workflow_id="wf-1", query="q\x00")
+    subscriber = Subscriber(event_log.stream("wf-1", "t1"))
+    result = "r\x00" + "x" * STREAM_RESULT_LIMIT
+    await event_log.append(
+        "wf-1",
+        "t1",
+        [
+            NewEvent("PROGRESS", agent_id="agent\x00", message="m\x00"),
+            NewEvent(
+                "TOOL_OBSERVATION",
+                payload_json=json.dumps({"tool_name": "read\x00", "result": result}),
+            ),
+            NewEvent("WORKFLOW_COMPLETED", payload_json=json.dumps({"result": "done\x00"})),
+            NewEvent("STREAM_END"),
+        ],
+    )
+    live = await subscriber.take(4)
+    replay = (await event_log.list_events("wf-1", "t1")).events
+    assert live == list(replay)
+    assert (replay[0].agent_id, replay[0].message) == ("agent\ufffd", "m\ufffd")
+    (whole,) = (await event_log.list_events("wf-1", "t1", 2, 1, full_results=True)).events
+    assert json.loads(whole.payload_json)["result"] == result.replace("\x00", "\ufffd")
+    workflow = await event_log.get_workflow("wf-1", "t1")
+    assert (workflow.query, workflow.result) == ("q\ufffd", "done\ufffd")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from shuttle.utf8 import StreamedText, ensure_utf8, json_text
+from shuttle.utf8 import StreamedText, ensure_utf8, json_text, storable_text
 
 
 def test_lone_surrogates_are_replaced_and_pairs_rejoined() -> None:
@@ -44,3 +44,12 @@ def test_json_text_writes_text_as_it_is_and_escapes_only_what_utf8_cannot_hold()
     text = json_text(unusual)
     text.encode("utf-8")  # must not raise
     assert json.loads(text) == unusual
+
+
+def test_storable_text_replaces_nul_and_lone_surrogates_and_keeps_the_rest() -> None:
+    assert (
+        storable_text("a\x00b \ud83d\ude00 caf\u00e9 \udce9")
+        == "a\ufffdb \U0001f600 caf\u00e9 \ufffd"
+    )
+    plain = "nothing to change"
+    assert storable_text(plain) is plain

@@ -22,7 +22,7 @@ from sqlalchemy import Connection
 from services.tools.db import tool_audit
 from services.tools.hooks.base import CallRecord, Hook, HookContext, PostResult
 from shuttle.sql_transactions import WriteTransactions
-from shuttle.utf8 import ensure_utf8, json_text
+from shuttle.utf8 import json_text
 
 log = logging.getLogger(__name__)
 
@@ -104,12 +104,13 @@ def _row(ctx: HookContext, record: CallRecord) -> dict[str, Any]:
         "call_id": ctx.call_id,
         "agent_id": ctx.agent_id,
         "tool_name": ctx.tool.name,
-        # Rows go in batches: text the database cannot encode would fail its neighbours too.
+        # Rows go in batches, so every value must be one the database takes: the arguments
+        # keep a lone surrogate escaped; the free-text columns are StoredText.
         "arguments_json": json_text(ctx.arguments),
         "outcome": record.outcome,
-        "error": ensure_utf8(record.error),
+        "error": record.error,
         "blocked_by": record.blocked_by,
-        "block_reason": ensure_utf8(record.block_reason),
-        "result": ensure_utf8((record.full_output or record.observation)[:MAX_RECORDED_CHARS]),
+        "block_reason": record.block_reason,
+        "result": (record.full_output or record.observation)[:MAX_RECORDED_CHARS],
         "duration_ms": record.duration_ms,
     }
