@@ -29,6 +29,15 @@ BACKLOG_BATCHES = 4
 class EmitterFailed(Exception):
     """The events service stayed unreachable (or refused a batch); the run cannot report."""
 
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"events could not be appended: {cause}")
+        self.cause = cause
+
+    @property
+    def refused(self) -> bool:
+        """The events service answered, refusing a batch: another may still be taken."""
+        return not isinstance(self.cause, SinkUnavailable)
+
 
 class EventEmitter:
     def __init__(
@@ -70,9 +79,18 @@ class EventEmitter:
                     await self._sender
                 self._sender = None
 
+    def successor(self) -> EventEmitter:
+        """An emitter that goes on after a refused batch: the same producer, later batch
+        numbers (a refused batch was never stored, so nothing can be taken twice)."""
+        following = EventEmitter(
+            self._sink, batch_max=self._batch_max, retry_seconds=self._retry_seconds
+        )
+        following._batch_seq = self._batch_seq
+        return following
+
     def _raise_failure(self) -> None:
         if self._failure is not None:
-            raise EmitterFailed(f"events could not be appended: {self._failure}")
+            raise EmitterFailed(self._failure)
 
     async def _send_queued(self) -> None:
         """Send batches until the queue is empty, then end (`emit` starts a new sender)."""
@@ -89,6 +107,8 @@ class EventEmitter:
                     return
                 if seqs:
                     self.last_seq = max(self.last_seq, *seqs)
+                    # The sink took what fits in one append: the rest goes first next time.
+                    self._queue[:0] = batch[len(seqs) :]
         finally:
             if self._sender is asyncio.current_task():
                 self._sender = None

@@ -15,6 +15,7 @@ from services.executor.append_stream import (
     AppendStreamBroken,
     AppendStreamUnsupported,
 )
+from services.executor.event_size import BATCH_MAX_BYTES, EVENT_MAX_BYTES, batch_prefix, encode
 from services.executor.ports import (
     Artifact,
     EventDraft,
@@ -28,7 +29,6 @@ from services.executor.ports import (
 from services.executor.runs import RunRequest
 from shuttle.envelope import type_value
 from shuttle.grpc_client import status_code, tenant_metadata
-from shuttle.utf8 import ensure_utf8, json_text
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc, tools_pb2, tools_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -74,9 +74,14 @@ class GrpcEventSink:
         workflow_id: str,
         tenant_id: str,
         stream: AppendStream | None = None,
+        *,
+        event_max_bytes: int = EVENT_MAX_BYTES,
+        batch_max_bytes: int = BATCH_MAX_BYTES,
     ) -> None:
         self._stub = stub
         self._stream = stream
+        self._event_max_bytes = event_max_bytes
+        self._batch_max_bytes = batch_max_bytes
         self._workflow_id = workflow_id
         self._tenant_id = tenant_id
         # One producer per run: the events service recognises a resent batch by this id
@@ -84,18 +89,18 @@ class GrpcEventSink:
         self._producer_id = f"{workflow_id}:{uuid.uuid4().hex}"
 
     async def append(self, drafts: Sequence[EventDraft], batch_seq: int) -> Sequence[int]:
+        encoded = [encode(d, self._event_max_bytes) for d in drafts]
         request = events_pb2.AppendRequest(
             workflow_id=self._workflow_id,
             tenant_id=self._tenant_id,
             events=[
                 common_pb2.EventDraft(
-                    type=type_value(d.type),
-                    agent_id=ensure_utf8(d.agent_id),
-                    # protobuf refuses a lone surrogate, and with it the whole batch
-                    message=ensure_utf8(d.message),
-                    payload_json=json_text(d.payload),
+                    type=type_value(e.type),
+                    agent_id=e.agent_id,
+                    message=e.message,
+                    payload_json=e.payload_json,
                 )
-                for d in drafts
+                for e in encoded[: batch_prefix(encoded, self._batch_max_bytes)]
             ],
             producer_id=self._producer_id,
             batch_seq=batch_seq,

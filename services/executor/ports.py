@@ -83,11 +83,12 @@ class EventDraft:
 
 
 class EventSink(Protocol):
-    """Appends batches to one workflow's log as one producer; returns the batch's seqs.
+    """Appends batches to one workflow's log as one producer; returns the seqs of the
+    drafts it appended: as many, from the first, as one append takes (at least one).
 
-    Batches are numbered 1, 2, 3 ...; resending a batch with the same number must not
-    duplicate it. Raises SinkUnavailable for a transient outage (worth retrying) and
-    LogClosed when the log already ended.
+    Batches are numbered 1, 2, 3 ...; resending a batch with the same number and drafts
+    must not duplicate it. Raises SinkUnavailable for a transient outage (worth retrying)
+    and LogClosed when the log already ended.
     """
 
     async def append(self, drafts: Sequence[EventDraft], batch_seq: int) -> Sequence[int]: ...

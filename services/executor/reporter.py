@@ -56,6 +56,10 @@ class RunReporter:
     async def flush(self) -> None:
         await self._emitter.flush()
 
+    def successor(self) -> RunReporter:
+        """A reporter for the run's last words after the log refused one of its batches."""
+        return RunReporter(self._emitter.successor())
+
     async def answer_delta(self, agent_id: str, delta: str, index: int) -> None:
         await self._emit(
             "THREAD_MESSAGE_DELTA", "Content chunk", {"delta": delta, "index": index}, agent_id

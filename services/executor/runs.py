@@ -313,8 +313,10 @@ class RunManager:
             await self._fail(reporter, workflow_id, "PLANNING_FAILED", str(exc))
         except ScheduleError as exc:
             await self._fail(reporter, workflow_id, "INVALID_PLAN", str(exc))
-        except EmitterFailed:
+        except EmitterFailed as lost:
             log.exception("run lost its event log", extra={"workflow_id": workflow_id})
+            if lost.refused:
+                await self._end_refused_log(reporter, lost)
         except Exception as exc:
             log.exception("run failed", extra={"workflow_id": workflow_id})
             await self._fail(reporter, workflow_id, "INTERNAL", f"{type(exc).__name__}: {exc}")
@@ -336,10 +338,25 @@ class RunManager:
             log.exception("could not record the failure", extra={"workflow_id": workflow_id})
         await self._close(reporter, workflow_id)
 
+    async def _end_refused_log(self, reporter: RunReporter, lost: EmitterFailed) -> None:
+        """After the log refused one of the run's batches, end it with the reason, so that
+        its subscribers learn why rather than wait for events that will never come."""
+        last_words = reporter.successor()
+        try:
+            await last_words.error("INTERNAL", str(lost), fatal=True)
+            await last_words.stream_end()
+            await last_words.flush()
+        except Exception:
+            log.exception("could not record the failure")
+
     async def _close(self, reporter: RunReporter, workflow_id: str) -> None:
         try:
             await reporter.stream_end()
             await reporter.flush()
+        except EmitterFailed as lost:
+            log.exception("could not close the log", extra={"workflow_id": workflow_id})
+            if lost.refused:
+                await self._end_refused_log(reporter, lost)
         except Exception:
             log.exception("could not close the log", extra={"workflow_id": workflow_id})
 

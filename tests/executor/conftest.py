@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -91,6 +91,7 @@ class Backends:
         team: TeamSettings | None = None,
         step_limits: StepLimits | None = None,
         leasing: Leasing | None = None,
+        sink_options: Mapping[str, int] | None = None,
         **overrides: Any,
     ) -> RunManager:
         settings = replace(agent_defaults(), tool_timeout_seconds=10, **overrides)
@@ -98,7 +99,9 @@ class Backends:
         self.append_streams.append(appends)
         return RunManager(
             registry=GrpcWorkflowRegistry(self.events),
-            sinks=lambda wf, tenant: GrpcEventSink(self.events, wf, tenant, appends),
+            sinks=lambda wf, tenant: GrpcEventSink(
+                self.events, wf, tenant, appends, **(sink_options or {})
+            ),
             tools=self.tools,
             llm=llm,
             settings=settings,

@@ -72,6 +72,27 @@ async def test_an_event_holding_a_lone_surrogate_is_stored_with_its_batch(
     assert events[1].agent_id == "a\ufffd"
 
 
+async def test_large_events_queued_together_go_in_as_many_appends_as_the_log_needs(
+    backends: Backends,
+) -> None:
+    workflow_id = await new_workflow(backends)
+    emitter = EventEmitter(GrpcEventSink(backends.events, workflow_id, TENANT))
+    # Queued before the first append leaves: 6 MiB, over the log's 4 MiB per append.
+    for i in range(6):
+        await emitter.emit(EventDraft("PROGRESS", f"part {i}", {"i": i, "text": "x" * 1_000_000}))
+    await emitter.emit(EventDraft("PROGRESS", "small", {"i": 6}))
+    await emitter.close()
+
+    events = (
+        await backends.events.List(
+            events_pb2.ListRequest(workflow_id=workflow_id, tenant_id=TENANT)
+        )
+    ).events
+    assert [as_dict(e)["payload"]["i"] for e in events] == list(range(7))
+    assert [e.seq for e in events] == list(range(1, 8))
+    assert emitter._batch_seq >= 2  # split, and nothing sent twice
+
+
 async def test_a_log_closed_by_someone_else_accepts_our_stream_end_only(
     backends: Backends,
 ) -> None:

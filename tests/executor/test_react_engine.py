@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from services.executor.engine.synthesis import SYNTHESIZER_PROMPT
+from services.executor.event_size import EVENT_MAX_BYTES
 from shuttle.llm.demo import DemoModel
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import common_pb2
@@ -158,6 +159,47 @@ async def test_lone_surrogates_from_the_model_become_replacement_characters(
     assert deltas == ["caf\u00e9 ", "\U0001f600 and \ufffd"]
     # The second request carried the first reply back, made valid.
     assert model.requests[1]["messages"][-2]["content"] == "thinking \ufffd"
+
+
+async def test_a_reply_of_megabytes_is_cut_to_what_the_log_takes_and_the_run_ends(
+    backends: Backends, model: ScriptedOpenAI
+) -> None:
+    # Each of these events would be over the log's 4 MiB batch limit on its own, and a
+    # refused batch used to leave the run's subscribers waiting for ever.
+    big = "x" * 5_000_000
+    model.script(
+        Reply(content=big, tool_calls=[("call_s", "calculator", {"expression": "1+1"})]),
+        text("done"),
+        text("", chunks=["answer ", big, big]),
+    )
+    events = await backends.run_to_end(backends.run_manager(openai_model(model)), "Try it")
+
+    assert types_of(events)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
+    assert first(events, "TOOL_OBSERVATION")["payload"]["result"] == "2"
+    output = first(events, "LLM_OUTPUT")["payload"]
+    assert output["truncated"] is True
+    assert output["output"].endswith("…[truncated: 5,000,000 characters in all]")
+    deltas = [e["payload"]["delta"] for e in events if e["type"] == "THREAD_MESSAGE_DELTA"]
+    assert len(deltas) == 3 and deltas[0] == "answer "
+    assert all(len(json.dumps(e["payload"])) <= EVENT_MAX_BYTES for e in events)
+
+
+async def test_a_batch_the_log_refuses_ends_the_run_with_the_reason(
+    backends: Backends, model: ScriptedOpenAI
+) -> None:
+    # A sink allowed more than the log takes: the refused batch is the run's last word,
+    # and a fresh producer tells its subscribers why.
+    model.script(text("x" * 4_500_000))  # over 4 MiB, under gRPC's 16 MiB message limit
+    limitless = {"event_max_bytes": 2**40, "batch_max_bytes": 2**40}
+    runs = backends.run_manager(openai_model(model), sink_options=limitless)
+    events = await backends.run_to_end(runs, "Try it")
+
+    assert types_of(events)[-2:] == ["ERROR_OCCURRED", "STREAM_END"]
+    failure = first(events, "ERROR_OCCURRED")["payload"]
+    assert failure["error_type"] == "INTERNAL" and failure["fatal"] is True
+    assert "at most 4194304 (4 MiB) are allowed per append" in failure["error_message"]
+    workflow = await backends.workflow(events[0]["workflow_id"])
+    assert workflow.status == common_pb2.WORKFLOW_STATUS_FAILED
 
 
 async def test_a_model_that_keeps_failing_ends_the_run_with_a_fatal_error(
