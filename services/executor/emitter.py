@@ -35,8 +35,8 @@ class EmitterFailed(Exception):
 
     @property
     def refused(self) -> bool:
-        """The events service answered, refusing a batch: another may still be taken."""
-        return not isinstance(self.cause, SinkUnavailable)
+        """The events service refused a batch of an open log: another may still be taken."""
+        return not isinstance(self.cause, SinkUnavailable | LogClosed)
 
 
 class EventEmitter:

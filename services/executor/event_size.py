@@ -53,7 +53,8 @@ def batch_prefix(drafts: Sequence[EncodedDraft], max_bytes: int = BATCH_MAX_BYTE
 
 
 def _fitted(payload: Mapping[str, Any], limit: int) -> str:
-    """The payload as JSON of at most `limit` bytes: its longest texts cut, longest first."""
+    """The payload as JSON, its longest texts cut, longest first, until it is at most
+    `limit` bytes (one too large for want of long texts stays so, and the log refuses it)."""
     fitted: dict[str, Any] = _copy(payload)
     fitted["truncated"] = True
     text = json_text(fitted)

@@ -12,9 +12,14 @@ import pytest
 
 from services.events.__main__ import build as build_events
 from services.executor.emitter import EmitterFailed, EventEmitter
-from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
+from services.executor.grpc_clients import (
+    AppendRefused,
+    GrpcEventSink,
+    GrpcToolHost,
+    GrpcWorkflowRegistry,
+)
 from services.executor.grpc_log import GrpcCommandSource
-from services.executor.ports import EventDraft
+from services.executor.ports import EventDraft, LogClosed, SinkUnavailable
 from services.executor.runs import RunManager, RunRequest
 from services.tools.__main__ import build as build_tools
 from shuttle.grpc_client import open_channel
@@ -190,3 +195,10 @@ async def test_a_run_survives_an_events_service_restart_with_nothing_lost(
     assert types_of(log)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
     seqs = [e["seq"] for e in log]
     assert seqs == sorted(set(seqs)) and seqs[-1] == len(seqs)
+
+
+def test_only_a_refusal_by_an_open_log_leaves_room_for_last_words() -> None:
+    # An outage may last; a log someone else ended takes nothing more.
+    assert EmitterFailed(AppendRefused("INVALID_ARGUMENT: batch is too big")).refused
+    assert not EmitterFailed(SinkUnavailable("UNAVAILABLE")).refused
+    assert not EmitterFailed(LogClosed("ended at seq 9")).refused

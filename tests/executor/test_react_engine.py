@@ -187,11 +187,12 @@ async def test_a_reply_of_megabytes_is_cut_to_what_the_log_takes_and_the_run_end
 async def test_a_batch_the_log_refuses_ends_the_run_with_the_reason(
     backends: Backends, model: ScriptedOpenAI
 ) -> None:
-    # A sink allowed more than the log takes: the refused batch is the run's last word,
-    # and a fresh producer tells its subscribers why.
-    model.script(text("x" * 4_500_000))  # over 4 MiB, under gRPC's 16 MiB message limit
-    limitless = {"event_max_bytes": 2**40, "batch_max_bytes": 2**40}
-    runs = backends.run_manager(openai_model(model), sink_options=limitless)
+    # A sink that cuts nothing: the batch the log refuses is the run's last, and the same
+    # producer then tells its subscribers why. One event per batch, over the log's 4 MiB
+    # and under gRPC's 16 MiB message limit, whatever queues up together.
+    model.script(text("x" * 4_500_000))
+    uncut = {"event_max_bytes": 2**40, "batch_max_bytes": 8 * 1024 * 1024}
+    runs = backends.run_manager(openai_model(model), sink_options=uncut)
     events = await backends.run_to_end(runs, "Try it")
 
     assert types_of(events)[-2:] == ["ERROR_OCCURRED", "STREAM_END"]
