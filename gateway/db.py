@@ -45,7 +45,7 @@ tasks = Table(
     # SHA-256 of the request body: a reused key with another body is refused.
     Column("request_hash", String(64), nullable=False),
     # NULL while the request holding the key is still starting the run.
-    Column("workflow_id", String(128), nullable=True),
+    Column("workflow_id", StoredString(128), nullable=True),
     Column("query", StoredText, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, index=True),
     UniqueConstraint("tenant_id", "idempotency_key", name="uq_gateway_tasks_idempotency"),
@@ -57,7 +57,9 @@ sessions = Table(
     "gateway_sessions",
     metadata,
     Column("tenant_id", String(128), primary_key=True),
-    Column("session_id", String(128), primary_key=True),
+    # Ids a client sends, looked up as sent: stored as the same StoredString they are
+    # compared as, an id holding NUL matches itself on every backend.
+    Column("session_id", StoredString(128), primary_key=True),
     Column("title", StoredString(200), nullable=False, default=""),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, index=True),
@@ -68,8 +70,8 @@ session_turns = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("tenant_id", String(128), nullable=False),
-    Column("session_id", String(128), nullable=False),
-    Column("workflow_id", String(128), nullable=True, index=True),
+    Column("session_id", StoredString(128), nullable=False),
+    Column("workflow_id", StoredString(128), nullable=True, index=True),
     Column("user_message", StoredText, nullable=False),
     # NULL until the run ended (filled from the workflow's outcome when next read).
     Column("answer", StoredText, nullable=True),

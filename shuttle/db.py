@@ -104,3 +104,4 @@ class StoredString(StoredText):
     """`StoredText` in a column of bounded length: ``StoredString(200)``."""
 
     impl = String
+    cache_ok = True  # SQLAlchemy reads it from each class's own attributes

@@ -19,7 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from shuttle.db import StoredText, UtcDateTime
+from shuttle.db import StoredString, StoredText, UtcDateTime
 
 ID_LENGTH = 128
 
@@ -50,7 +50,8 @@ tool_audit = Table(
 tool_approvals = Table(
     "tool_approvals",
     metadata,
-    Column("id", String(ID_LENGTH), primary_key=True),
+    # Looked up by the id a caller sends (StoredString, as stored: NUL matches itself).
+    Column("id", StoredString(ID_LENGTH), primary_key=True),
     Column("tenant_id", String(ID_LENGTH), nullable=False),
     Column("workflow_id", String(ID_LENGTH), nullable=False),
     Column("call_id", String(ID_LENGTH), nullable=False),

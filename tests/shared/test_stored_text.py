@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.db import create_schema as create_gateway_schema
 from gateway.session_store import SessionStore
+from services.tools.approvals import ApprovalNotFoundError, ApprovalStore
 from services.tools.catalog import ToolRegistry
 from services.tools.db import create_schema as create_tools_schema
 from services.tools.db import tool_audit
@@ -81,3 +82,19 @@ async def test_session_titles_and_turns_hold_what_a_user_typed(engine: AsyncEngi
     assert session is not None and session.title == "What is\ufffd 6*7?"
     (turn,) = await store.turns("acme", session_id)
     assert (turn.user_message, turn.answer) == ("What is\ufffd 6*7?", "42\ufffd")
+
+
+async def test_ids_holding_nul_are_found_as_sent_or_not_at_all(engine: AsyncEngine) -> None:
+    # Compared as stored, through the same column type: a lookup never reaches the database
+    # with a character it refuses.
+    store = SessionStore(engine)
+    session_id = await store.open("acme", "mine\x00", "hello")
+    await store.add_turn("acme", session_id, "hello", workflow_id="wf\x00")
+    found = await store.get("acme", "mine\x00")
+    assert found is not None and found.session_id == "mine\ufffd"
+    assert [turn.workflow_id for turn in await store.turns("acme", "mine\x00")] == ["wf\ufffd"]
+    assert await store.session_of("acme", "wf\x00") == "mine\ufffd"
+    assert await store.get("acme", "other\x00") is None
+    approvals = ApprovalStore(engine)
+    with pytest.raises(ApprovalNotFoundError):
+        await approvals.get("appr-\x00", "acme")
