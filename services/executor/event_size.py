@@ -8,7 +8,7 @@ were and `truncated: true` in the payload, rather than fail the run.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, NamedTuple
 
 from services.executor.ports import EventDraft
@@ -42,14 +42,19 @@ def encode(draft: EventDraft, max_bytes: int = EVENT_MAX_BYTES) -> EncodedDraft:
     return EncodedDraft(draft.type, ensure_utf8(draft.agent_id), message, payload_json, size)
 
 
-def batch_prefix(drafts: Sequence[EncodedDraft], max_bytes: int = BATCH_MAX_BYTES) -> int:
-    """How many of `drafts`, from the first, go in one Append (always at least one)."""
+def first_batch(
+    drafts: Iterable[EncodedDraft], max_bytes: int = BATCH_MAX_BYTES
+) -> list[EncodedDraft]:
+    """The drafts, from the first, that go in one Append (always at least one). Read lazily,
+    so drafts encoded on the way are encoded only if they are sent now."""
+    batch: list[EncodedDraft] = []
     total = 0
-    for taken, draft in enumerate(drafts):
+    for draft in drafts:
         total += draft.size
-        if total > max_bytes and taken > 0:
-            return taken
-    return len(drafts)
+        if total > max_bytes and batch:
+            break
+        batch.append(draft)
+    return batch
 
 
 def _fitted(payload: Mapping[str, Any], limit: int) -> str:

@@ -15,7 +15,7 @@ from services.executor.append_stream import (
     AppendStreamBroken,
     AppendStreamUnsupported,
 )
-from services.executor.event_size import BATCH_MAX_BYTES, EVENT_MAX_BYTES, batch_prefix, encode
+from services.executor.event_size import BATCH_MAX_BYTES, EVENT_MAX_BYTES, encode, first_batch
 from services.executor.ports import (
     Artifact,
     EventDraft,
@@ -89,7 +89,9 @@ class GrpcEventSink:
         self._producer_id = f"{workflow_id}:{uuid.uuid4().hex}"
 
     async def append(self, drafts: Sequence[EventDraft], batch_seq: int) -> Sequence[int]:
-        encoded = [encode(d, self._event_max_bytes) for d in drafts]
+        batch = first_batch(
+            (encode(d, self._event_max_bytes) for d in drafts), self._batch_max_bytes
+        )
         request = events_pb2.AppendRequest(
             workflow_id=self._workflow_id,
             tenant_id=self._tenant_id,
@@ -100,7 +102,7 @@ class GrpcEventSink:
                     message=e.message,
                     payload_json=e.payload_json,
                 )
-                for e in encoded[: batch_prefix(encoded, self._batch_max_bytes)]
+                for e in batch
             ],
             producer_id=self._producer_id,
             batch_seq=batch_seq,

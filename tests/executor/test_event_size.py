@@ -8,8 +8,8 @@ from services.executor.event_size import (
     BATCH_MAX_BYTES,
     EVENT_MAX_BYTES,
     MESSAGE_MAX_CHARS,
-    batch_prefix,
     encode,
+    first_batch,
 )
 from services.executor.ports import EventDraft
 
@@ -41,9 +41,9 @@ def test_a_batch_takes_events_up_to_the_limit_and_always_one() -> None:
     event = encode(EventDraft("THREAD_MESSAGE_DELTA", "", {"delta": "x" * 2_000_000}))
     assert event.size <= EVENT_MAX_BYTES
     per_batch = BATCH_MAX_BYTES // event.size
-    assert batch_prefix([event] * 10) == per_batch
+    assert len(first_batch([event] * 10)) == per_batch
     small = encode(EventDraft("PROGRESS", "p"))
-    assert batch_prefix([small] * 300) == 300
+    assert len(first_batch([small] * 300)) == 300
     # Were one event ever larger than a batch, it would still go alone (and be refused).
     huge = event._replace(size=BATCH_MAX_BYTES + 1)
-    assert batch_prefix([huge, small]) == 1
+    assert first_batch([huge, small]) == [huge]
