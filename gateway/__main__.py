@@ -10,6 +10,7 @@ import sys
 import uvicorn
 
 from gateway.app import create_app
+from shuttle.event_loop import loop_name
 from shuttle.heap import freeze_startup_heap
 from shuttle.logs import configure_logging
 from shuttle.settings import AuthMode, SettingsError, is_loopback, load_settings
@@ -30,6 +31,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 def main() -> None:
     try:
         settings = load_settings()
+        loop = loop_name(settings.event_loop)
     except SettingsError as exc:
         sys.exit(f"shuttle gateway: {exc}")
     configure_logging("gateway", settings.log_level, settings.log_format)
@@ -57,6 +59,7 @@ def main() -> None:
         log.info("authentication required: create keys with `shuttle apikey create --tenant NAME`")
     config = uvicorn.Config(
         create_app(settings),
+        loop=loop,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),

@@ -89,7 +89,15 @@ class GrpcService:
         for svc in ("", *self.service_names):
             await health.set(svc, health_pb2.HealthCheckResponse.SERVING)
         self._server, self._health = server, health
-        log.info("listening", extra={"service_name": self.name, "host": host, "port": self.port})
+        log.info(
+            "listening",
+            extra={
+                "service_name": self.name,
+                "host": host,
+                "port": self.port,
+                "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+            },
+        )
         return self.port
 
     async def stop(self, grace: float = 5.0) -> None:

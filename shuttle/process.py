@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from collections.abc import Awaitable, Callable
 
+from shuttle import event_loop
 from shuttle.grpc_server import GrpcService, PortInUseError, run_until_signalled
 from shuttle.heap import freeze_startup_heap
 from shuttle.logs import configure_logging
@@ -42,7 +42,7 @@ def main(service: str, build: ServiceFactory) -> None:
         )
 
     try:
-        asyncio.run(serve())
+        event_loop.run(serve(), settings.event_loop)
     except SettingsError as exc:  # e.g. an unusable models file, found while building
         print(f"shuttle {service}: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -173,6 +173,9 @@ class Settings(BaseSettings):
     metrics_port: int = Field(0, ge=0, le=65535)
     # Leave the startup heap out of garbage collections (shuttle/heap.py); off only to compare.
     gc_freeze: bool = True
+    # The event loop of every process (shuttle/event_loop.py): uvloop when installed (auto),
+    # or asyncio's own, e.g. for its debug mode.
+    event_loop: str = Field("auto", pattern="^(auto|uvloop|asyncio)$")
 
     # The standard OpenTelemetry variables; traces leave the process only when an OTLP
     # endpoint or OTEL_TRACES_EXPORTER=otlp is set.
