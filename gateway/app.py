@@ -17,6 +17,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from gateway import control, openai_compat, sessions, stream, tasks
 from gateway.backends import Backends
+from gateway.body_limit import BodyLimit
 from gateway.db import create_schema
 from gateway.errors import install_error_handlers
 from gateway.fanout import FanOut
@@ -62,7 +63,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
         await create_schema(engine)
         app.state.keys = KeyStore(engine)
         app.state.task_index = TaskIndex(engine)
-        app.state.sessions = SessionStore(engine)
+        app.state.sessions = SessionStore(engine, settings.session_history_max_bytes)
         app.state.backends = backends or Backends.connect(settings)
         app.state.fanout = FanOut(
             app.state.backends.events,
@@ -96,6 +97,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
     app.state.grpc_web = GrpcWebProxy()
     install_error_handlers(app)
     install_openapi(app)
+    app.add_middleware(BodyLimit, limit=settings.gateway_max_body_bytes)
     if settings.cors_origin_list:
         app.add_middleware(
             CORSMiddleware,

@@ -26,6 +26,8 @@ _GRPC_TO_HTTP = {
     grpc.StatusCode.DEADLINE_EXCEEDED: (504, "deadline_exceeded"),
 }
 
+_HTTP_CODES = {404: "not_found", 413: "request_too_large"}
+
 
 class ApiError(Exception):
     def __init__(
@@ -75,7 +77,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = "not_found" if exc.status_code == 404 else f"http_{exc.status_code}"
+        code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
         return error_response(exc.status_code, code, str(exc.detail), exc.headers)
 
     @app.exception_handler(Exception)

@@ -37,6 +37,7 @@ OPENAI_ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "invalid request"},
     401: {"description": "authentication required"},
     404: {"description": "no such model"},
+    413: {"description": "request body over SHUTTLE_GATEWAY_MAX_BODY_BYTES"},
     429: {"description": "rate limited (see Retry-After)"},
 }
 

@@ -65,8 +65,10 @@ def new_session_id() -> str:
 
 
 class SessionStore:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, history_max_bytes: int = 4 * 1024 * 1024) -> None:
         self._engine = engine
+        self.history_max_bytes = history_max_bytes
+        """How much of a session's turns a new turn's run is given (see `history_of`)."""
 
     async def open(self, tenant_id: str, session_id: str, first_message: str) -> str:
         """The session's id, creating it (titled by its first message) on first use."""
@@ -217,11 +219,25 @@ async def _touch(conn: AsyncConnection, tenant_id: str, session_id: str, now: da
     )
 
 
-def history_of(turns: Sequence[Turn]) -> list[tuple[str, str]]:
+def history_of(turns: Sequence[Turn], max_bytes: int) -> list[tuple[str, str]]:
     """(role, content) pairs of the turns that have an answer, oldest first; a turn still
-    running or without an answer contributes nothing, so the history always alternates."""
-    history: list[tuple[str, str]] = []
-    for turn in turns:
-        if turn.answer:
-            history += [("user", turn.user_message), ("assistant", turn.answer)]
-    return history
+    running or without an answer contributes nothing, so the history always alternates.
+
+    Only the newest turns whose texts come to at most `max_bytes` (UTF-8) are given: a
+    session can outgrow the message that starts its next run, long before which it has
+    outgrown any model's context window (the run's compaction fits what it gets to that)."""
+    newest_first: list[tuple[str, str]] = []
+    size = 0
+    for turn in reversed(turns):
+        if not turn.answer:
+            continue
+        size += _utf8_size(turn.user_message) + _utf8_size(turn.answer)
+        if size > max_bytes:
+            break
+        newest_first += [("assistant", turn.answer), ("user", turn.user_message)]
+    return newest_first[::-1]
+
+
+def _utf8_size(text: str) -> int:
+    # surrogatepass: a size is wanted, not valid text, so nothing here can fail.
+    return len(text.encode("utf-8", "surrogatepass"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +10,7 @@ from gateway.conversations import settled_turns
 from gateway.errors import ApiError
 from gateway.session_store import SessionStore, history_of
 from gateway.task_index import KeyInFlightError, KeyReuseError, TaskIndex, request_hash
+from shuttle.utf8 import json_text
 from shuttle.v1 import common_pb2, executor_pb2
 
 MODES = {
@@ -98,7 +98,9 @@ async def submit(
         mode=MODES[spec.mode.lower()] if spec.mode else common_pb2.MODE_UNSPECIFIED,
         model=spec.model,
         budget_tokens=spec.budget_tokens,
-        context_json=json.dumps(spec.context) if spec.context else "",
+        # Characters as they are: ASCII escapes would make the message up to six times
+        # the size of the request that brought them.
+        context_json=json_text(spec.context) if spec.context else "",
     )
     try:
         started = await backends.executor.StartRun(request, metadata=tenant_metadata(tenant_id))
@@ -121,7 +123,7 @@ async def _join_session(
     else:
         session_id = await sessions.open(tenant_id, spec.session_id, spec.query)
     turns = await settled_turns(sessions, backends, tenant_id, session_id)
-    return session_id, history_of(turns)
+    return session_id, history_of(turns, sessions.history_max_bytes)
 
 
 def _pairs(messages: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:

@@ -26,6 +26,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         400: "invalid request",
         401: "authentication required",
         404: "no such workflow for this tenant",
+        413: "request body over SHUTTLE_GATEWAY_MAX_BODY_BYTES",
         429: "rate limited (see Retry-After)",
     }.items()
 }

@@ -15,7 +15,9 @@ import httpx
 import openai
 import pytest
 
+from shuttle.settings import AuthMode, Settings
 from tests.gateway.conftest import AuthStack, create_key
+from tests.support.gateway_server import GatewayServer
 from tests.support.scripted_openai import Reply, ScriptedOpenAI, text, tool_call
 from tests.support.stack import Stack, start_stack
 
@@ -245,3 +247,38 @@ def test_a_task_names_its_session_on_the_auth_stack(auth_stack: AuthStack) -> No
         a = client.post("/api/v1/tasks", json={"query": "What is 2+2?"}).json()
         b = client.post("/api/v1/tasks", json={"query": "What is 3+3?"}).json()
     assert a["session_id"] and b["session_id"] and a["session_id"] != b["session_id"]
+
+
+def test_a_run_is_given_the_newest_turns_of_its_session_that_fit(scripted: ScriptedStack) -> None:
+    ports = scripted.stack.grpc_ports
+    settings = Settings(
+        events_port=ports["events"],
+        tools_port=ports["tools"],
+        planner_port=ports["planner"],
+        executor_port=ports["executor"],
+        data_dir=scripted.data_dir,
+        database_url="",
+        auth=AuthMode.REQUIRED,
+        session_history_max_bytes=2_500,
+    )
+    turns = [(f"Question {n} " + "q" * 500, f"Answer {n} " + "a" * 500) for n in range(3)]
+    earlier = [
+        message
+        for user, answer in turns
+        for message in ({"role": "user", "content": user}, {"role": "assistant", "content": answer})
+    ]
+    server = GatewayServer(settings).start()
+    try:
+        client = openai.OpenAI(
+            base_url=f"{server.url}/v1", api_key=scripted.key, max_retries=0, timeout=60
+        )
+        scripted.model.requests.clear()
+        client.chat.completions.create(
+            model="shuttle-auto",
+            messages=[*earlier, {"role": "user", "content": "And now?"}],  # type: ignore[list-item]
+        )
+    finally:
+        server.stop()
+    sent = [m.get("content") for m in agent_calls(scripted.model)[0]["messages"][1:]]
+    # A turn is about 1,020 bytes: the newest two fit in 2,500, all three would not.
+    assert sent == [*turns[1], *turns[2], "And now?"]

@@ -1,0 +1,60 @@
+"""The largest request body the gateway reads (`SHUTTLE_GATEWAY_MAX_BODY_BYTES`).
+
+Hand-written because Starlette's limiter (FastAPI's `max_body_size`) answers a body whose
+Content-Length already passes the limit with its own plain-text 413, replacing whatever the
+app answers: a client would get neither the gateway's JSON error nor the limit it passed.
+grpc-web calls are left to their framing, which refuses an oversized message as its header
+arrives (`gateway/grpc_web_framing.py`), as gRPC itself does.
+"""
+
+from __future__ import annotations
+
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.errors import error_response
+
+
+def too_large(limit: int) -> str:
+    return (
+        f"the request body passes the gateway's limit of {limit:,} bytes "
+        "(SHUTTLE_GATEWAY_MAX_BODY_BYTES); send less, or raise the limit"
+    )
+
+
+class BodyLimit:
+    """Refuses a body over `limit` bytes: at once when its Content-Length says so, else as
+    soon as what has arrived passes it, so no more than `limit` bytes are ever held."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        if headers.get("content-type", "").startswith("application/grpc-web"):
+            await self.app(scope, receive, send)
+            return
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.limit:
+            response = error_response(413, "request_too_large", too_large(self.limit))
+            await response(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    # FastAPI passes an HTTPException raised while it reads a body on to the
+                    # error handlers (any other exception becomes "error parsing the body").
+                    raise HTTPException(413, too_large(self.limit))
+            return message
+
+        await self.app(scope, counted, send)
