@@ -47,17 +47,20 @@ def test_other_addresses(host: str) -> None:
     assert not is_loopback(host)
 
 
-def test_a_service_process_refuses_bad_configuration_in_one_line() -> None:
+@pytest.mark.parametrize(
+    ("variable", "value"), [("SHUTTLE_PLANNER_PORT", "99999"), ("SHUTTLE_EVENT_LOOP", "trio")]
+)
+def test_a_service_process_refuses_bad_configuration_in_one_line(variable: str, value: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "services.planner"],
-        env={"SHUTTLE_PLANNER_PORT": "99999", "PATH": ""},
+        env={"SHUTTLE_PLANNER_PORT": "0", variable: value, "PATH": ""},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert result.returncode == 2
-    assert "SHUTTLE_PLANNER_PORT" in result.stderr
+    assert variable in result.stderr
     assert "Traceback" not in result.stderr
 
 
