@@ -4,7 +4,8 @@ Hand-written because Starlette's limiter (FastAPI's `max_body_size`) answers a b
 Content-Length already passes the limit with its own plain-text 413, replacing whatever the
 app answers: a client would get neither the gateway's JSON error nor the limit it passed.
 grpc-web calls are left to their framing, which refuses an oversized message as its header
-arrives (`gateway/grpc_web_framing.py`), as gRPC itself does.
+arrives (`gateway/grpc_web_framing.py`), as gRPC itself does. They are told apart by path,
+not by content type, which any client may claim.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import error_response
+from gateway.grpc_web import PACKAGE
+
+GRPC_WEB_PATHS = f"/{PACKAGE}."
+"""Where the grpc-web route (`/shuttle.v1.{service}/{method}`) answers."""
 
 
 def too_large(limit: int) -> str:
@@ -35,10 +40,10 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = Headers(scope=scope)
-        if headers.get("content-type", "").startswith("application/grpc-web"):
+        if scope["path"].startswith(GRPC_WEB_PATHS):
             await self.app(scope, receive, send)
             return
+        headers = Headers(scope=scope)
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.limit:
             response = error_response(413, "request_too_large", too_large(self.limit))

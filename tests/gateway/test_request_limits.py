@@ -67,3 +67,14 @@ def test_grpc_web_calls_go_by_grpcs_message_limit(
     assert response.status_code == 200
     assert trailers["grpc-status"] == "0", trailers
     assert executor_pb2.StartRunResponse.FromString(messages[0]).workflow_id.startswith("wf-")
+    # Claiming to be grpc-web elsewhere is no way around the limit.
+    disguised = httpx.post(
+        f"{gateway_server.url}/api/v1/tasks",
+        content=json.dumps({"query": "d" * 70_000}),
+        headers={
+            "Authorization": f"Bearer {auth_stack.key_a}",
+            "Content-Type": "application/grpc-web+json",
+        },
+        timeout=60,
+    )
+    _assert_refused(disguised)
