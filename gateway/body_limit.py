@@ -37,10 +37,7 @@ class BodyLimit:
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if scope["path"].startswith(GRPC_WEB_PATHS):
+        if scope["type"] != "http" or scope["path"].startswith(GRPC_WEB_PATHS):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)

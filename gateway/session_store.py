@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.db import session_turns, sessions, tasks
+from shuttle.utf8 import utf8_size
 
 TITLE_CHARS = 80
 RUNNING = "running"
@@ -231,13 +232,8 @@ def history_of(turns: Sequence[Turn], max_bytes: int) -> list[tuple[str, str]]:
     for turn in reversed(turns):
         if not turn.answer:
             continue
-        size += _utf8_size(turn.user_message) + _utf8_size(turn.answer)
+        size += utf8_size(turn.user_message) + utf8_size(turn.answer)
         if size > max_bytes:
             break
         newest_first += [("assistant", turn.answer), ("user", turn.user_message)]
     return newest_first[::-1]
-
-
-def _utf8_size(text: str) -> int:
-    # surrogatepass: a size is wanted, not valid text, so nothing here can fail.
-    return len(text.encode("utf-8", "surrogatepass"))

@@ -24,6 +24,13 @@ def ensure_utf8(text: str) -> str:
     return text
 
 
+def utf8_size(text: str) -> int:
+    """The bytes `text` takes in UTF-8, as protobuf and SQL count them. A lone surrogate is
+    counted as three bytes rather than failing: a size is wanted here, not the text."""
+    # An ASCII string's length is its UTF-8 size (and isascii is a flag check).
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def storable_text(text: str) -> str:
     """`text` as any SQL database stores it: valid UTF-8 (see `ensure_utf8`), and NUL, which
     PostgreSQL refuses in text (and so fails the rows written with it), as U+FFFD."""

@@ -9,6 +9,7 @@ from collections.abc import Collection, Sequence
 import orjson
 
 from shuttle.envelope import EVENT_TYPE_NAMES
+from shuttle.utf8 import utf8_size
 
 from .errors import InvalidArgument
 from .lifecycle import is_terminal
@@ -153,7 +154,6 @@ def _json_kind(value: object) -> str:
 
 def _size(event: NewEvent) -> int:
     return sum(
-        # An ASCII string's length is its UTF-8 size (and isascii is a flag check).
-        len(text) if text.isascii() else len(text.encode("utf-8"))
+        utf8_size(text)
         for text in (event.type, event.agent_id, event.message, event.payload_json, event.trace_id)
     )

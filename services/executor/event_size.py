@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, NamedTuple
 
 from services.executor.ports import EventDraft
-from shuttle.utf8 import ensure_utf8, json_text
+from shuttle.utf8 import ensure_utf8, json_text, utf8_size
 
 EVENT_MAX_BYTES = 1024 * 1024
 """Message and payload of one event, encoded."""
@@ -35,10 +35,10 @@ def encode(draft: EventDraft, max_bytes: int = EVENT_MAX_BYTES) -> EncodedDraft:
     # protobuf refuses a lone surrogate, and with it the whole batch
     message = _cut(ensure_utf8(draft.message), MESSAGE_MAX_CHARS)
     payload_json = json_text(draft.payload)
-    size = _utf8_size(message) + _utf8_size(payload_json)
+    size = utf8_size(message) + utf8_size(payload_json)
     if size > max_bytes:
-        payload_json = _fitted(draft.payload, max_bytes - _utf8_size(message))
-        size = _utf8_size(message) + _utf8_size(payload_json)
+        payload_json = _fitted(draft.payload, max_bytes - utf8_size(message))
+        size = utf8_size(message) + utf8_size(payload_json)
     return EncodedDraft(draft.type, ensure_utf8(draft.agent_id), message, payload_json, size)
 
 
@@ -64,7 +64,7 @@ def _fitted(payload: Mapping[str, Any], limit: int) -> str:
     fitted["truncated"] = True
     text = json_text(fitted)
     for container, key in sorted(_texts(fitted), key=lambda at: -len(at[0][at[1]])):
-        excess = _utf8_size(text) - limit
+        excess = utf8_size(text) - limit
         if excess <= 0:
             break
         whole: str = container[key]
@@ -99,8 +99,3 @@ def _cut(text: str, limit: int) -> str:
 
 def _with_note(text: str, keep: int) -> str:
     return f"{text[:keep]}\n…[truncated: {len(text):,} characters in all]"
-
-
-def _utf8_size(text: str) -> int:
-    # An ASCII string's length is its UTF-8 size (and isascii is a flag check).
-    return len(text) if text.isascii() else len(text.encode("utf-8"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from shuttle.utf8 import StreamedText, ensure_utf8, json_text, storable_text
+from shuttle.utf8 import StreamedText, ensure_utf8, json_text, storable_text, utf8_size
 
 
 def test_lone_surrogates_are_replaced_and_pairs_rejoined() -> None:
@@ -53,3 +53,9 @@ def test_storable_text_replaces_nul_and_lone_surrogates_and_keeps_the_rest() -> 
     )
     plain = "nothing to change"
     assert storable_text(plain) is plain
+
+
+def test_utf8_size_counts_encoded_bytes_and_never_fails() -> None:
+    assert utf8_size("plain") == 5
+    assert utf8_size("né😀") == len("né😀".encode())  # 1 + 2 + 4
+    assert utf8_size("half \ud83d") == 8  # a lone surrogate counts, as three bytes
