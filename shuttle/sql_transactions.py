@@ -12,6 +12,7 @@ thread a transaction is one synchronous call: one round trip whatever it holds.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
@@ -72,12 +73,27 @@ def writes_for(engine: AsyncEngine) -> WriteTransactions:
 
 
 class _SqliteThreads:
-    """A synchronous engine on the file, and the threads its transactions run on."""
+    """A synchronous engine on the file, and the threads its transactions run on.
+
+    Each thread keeps its connection: checking one out of the pool and back for every
+    transaction (with the pool's reset) took a tenth of the writer thread's time under a
+    stream of small appends (py-spy), and a sixth of the CPU of a small write and read."""
 
     def __init__(self, url: str, threads: int, name: str, *, commits: bool) -> None:
         self.engine = sqlite_sync_engine(url)
         self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
         self._commits = commits
+        self._local = threading.local()
+        self._connections: list[Connection] = []
+
+    def _connection(self) -> Connection:
+        """This thread's connection, opened on its first transaction."""
+        conn: Connection | None = getattr(self._local, "connection", None)
+        if conn is None:
+            conn = self.engine.connect()
+            self._local.connection = conn
+            self._connections.append(conn)
+        return conn
 
     async def run(
         self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
@@ -86,8 +102,14 @@ class _SqliteThreads:
         rolled back (one snapshot) for readers."""
 
         def transaction() -> _T:
-            with self.engine.begin() if self._commits else self.engine.connect() as conn:
+            conn = self._connection()
+            if self._commits:
+                with conn.begin():
+                    return work(conn, *args, **kwargs)
+            try:
                 return work(conn, *args, **kwargs)
+            finally:
+                conn.rollback()
 
         return await asyncio.get_running_loop().run_in_executor(self._threads, transaction)
 
@@ -96,6 +118,9 @@ class _SqliteThreads:
 
     def _close(self) -> None:
         self._threads.shutdown(wait=True)
+        for conn in self._connections:
+            conn.close()  # pysqlite lets another thread close a file connection
+        self._connections.clear()
         self.engine.dispose()
 
 
