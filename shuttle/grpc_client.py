@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from shuttle.telemetry import client_interceptors
+from shuttle.grpc_tracing import client_interceptors
 
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),

@@ -14,8 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from shuttle.grpc_tracing import server_interceptors
 from shuttle.metrics import MetricsInterceptor
-from shuttle.telemetry import server_interceptors
 
 log = logging.getLogger(__name__)
 

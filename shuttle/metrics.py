@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeAlias
+from typing import Any
 
 import grpc
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from shuttle.grpc_handlers import MethodHandler, with_behaviour
 
 # -- runs (executor) ------------------------------------------------------------------------
 RUNS_STARTED = Counter("shuttle_runs_started_total", "Runs started.")
@@ -66,8 +68,6 @@ def serve_metrics(host: str, port: int) -> None:
 
 
 Handler = Callable[..., Any]
-# Quoted: the stubs make RpcMethodHandler generic, the runtime class is not.
-MethodHandler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 
 class MetricsInterceptor(grpc.aio.ServerInterceptor):
@@ -81,25 +81,18 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
     ) -> MethodHandler | None:
         handler = await continuation(details)
         method = details.method
+        # A stream of requests lasts as long as the process that opened it; AppendStream
+        # times each of its batches itself.
         if (
             handler is None
+            or handler.request_streaming
             or method.startswith("/grpc.health")
             or method.startswith("/grpc.reflection")
         ):
             return handler
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _timed_unary(method, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                _timed_stream(method, handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
+        return with_behaviour(
+            handler, lambda b: _timed_unary(method, b), lambda b: _timed_stream(method, b)
+        )
 
 
 def _code_of(context: grpc.aio.ServicerContext[Any, Any], failed: bool) -> str:

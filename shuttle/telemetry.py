@@ -1,15 +1,13 @@
-"""Tracing for every process: an OpenTelemetry TracerProvider, OTLP export when configured,
-and the gRPC interceptors that carry one trace across all services."""
+"""Tracing for every process: an OpenTelemetry TracerProvider, OTLP export when configured.
+The gRPC interceptors that carry one trace across all services are in `grpc_tracing`."""
 
 from __future__ import annotations
 
 import contextvars
-from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_server_interceptor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -17,27 +15,6 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased,
 from opentelemetry.trace import NonRecordingSpan
 
 from shuttle.settings import Settings
-
-# Untraced calls: health checks (every few seconds per probe: their spans would drown real
-# traffic), and the streams a process holds open for many runs (a span would last as long
-# and belong to no run; AppendStream gives each batch a span of its run's trace itself).
-_UNTRACED = (
-    "/grpc.health.v1.Health/",
-    "/shuttle.v1.EventService/FollowCommands",
-    "/shuttle.v1.EventService/AppendStream",
-)
-_UNTRACED_BYTES = tuple(prefix.encode() for prefix in _UNTRACED)
-
-
-def _traced(details: Any) -> bool:
-    """The interceptors' filter. The library's `health_check()` filter normalises the method
-    path through os.path on every call: a twentieth of the events service's busy time under a
-    stream of Appends (py-spy). The path is already "/package.Service/Method"."""
-    method = details.method
-    if isinstance(method, bytes):  # some grpc versions give clients bytes
-        return not method.startswith(_UNTRACED_BYTES)
-    return not str(method).startswith(_UNTRACED)
-
 
 # Services decide on export one by one (OTEL_TRACES_EXPORTER per process), so the sampled
 # flag a call carries says whether its caller exports, not whether the trace is wanted:
@@ -77,14 +54,6 @@ def shutdown_tracing() -> None:
     provider = trace.get_tracer_provider()
     if isinstance(provider, TracerProvider):
         provider.shutdown()
-
-
-def server_interceptors() -> list[Any]:
-    return [aio_server_interceptor(filter_=_traced)]  # type: ignore[no-untyped-call]
-
-
-def client_interceptors() -> list[Any]:
-    return list(aio_client_interceptors(filter_=_traced))  # type: ignore[no-untyped-call]
 
 
 def current_trace_id() -> str:
