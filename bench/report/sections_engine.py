@@ -274,7 +274,15 @@ Every Shuttle process runs its event loop on uvloop (`SHUTTLE_EVENT_LOOP=auto`,
 With `SHUTTLE_EVENT_LOOP=asyncio` instead, the services spent 112.8 ms of CPU per run of
 K = 5 against 102.0 ms on uvloop, and a run took 89.5 against 82.9 ms of wall time (medians of
 three runs of 40 each, the two loops taking turns, on a machine whose reference loop took
-192–367 ms, while building this)."""
+192–367 ms, while building this).
+
+On a unary gRPC call, OpenTelemetry's interceptors cost 0.13 ms of CPU on each side against
+none (`python -m bench.grpc_tracing`). Under a trace nobody records, Shuttle's
+(`shuttle/grpc_tracing.py`) pass the context on without building spans, which saves about half
+of that: server 0.547 → 0.480, client 0.394 → 0.341 ms per call. The SQLite writer and reader
+threads keep their connections instead of checking one out of the pool per transaction: a
+small write plus a read went from 0.79 to 0.65 ms of CPU. Both were measured while building
+this, on a machine whose reference loop took 167–179 ms."""
 
 
 def _failures(rows: list[dict[str, Any]]) -> str:
