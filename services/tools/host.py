@@ -98,6 +98,10 @@ def describe_parameters(schema: dict[str, Any]) -> str:
     return summary
 
 
+def _expected(spec: ToolSpec) -> str:
+    return f"send a JSON object with: {describe_parameters(spec.parameters)}"
+
+
 class ToolHost:
     """Looks tools up, validates arguments, runs the tool with a timeout, shapes the output."""
 
@@ -300,7 +304,6 @@ class ToolHost:
         return _Failure(f"unknown tool {_clip(name, 100)!r}; available tools: {listing}")
 
     def _parse_arguments(self, spec: ToolSpec, text: str) -> dict[str, Any] | _Failure:
-        expected = f"send a JSON object with: {describe_parameters(spec.parameters)}"
         if not text.strip():
             return {}
         try:
@@ -308,14 +311,14 @@ class ToolHost:
         except json.JSONDecodeError as exc:
             return _Failure(
                 f"arguments for {spec.name!r} are not valid JSON ({exc.msg} at line "
-                f"{exc.lineno} column {exc.colno}); {expected}"
+                f"{exc.lineno} column {exc.colno}); {_expected(spec)}"
             )
         except (ValueError, RecursionError):
-            return _Failure(f"arguments for {spec.name!r} are not valid JSON; {expected}")
+            return _Failure(f"arguments for {spec.name!r} are not valid JSON; {_expected(spec)}")
         if not isinstance(value, dict):
             kind = "an array" if isinstance(value, list) else type(value).__name__
             return _Failure(
-                f"arguments for {spec.name!r} must be a JSON object, got {kind}; {expected}"
+                f"arguments for {spec.name!r} must be a JSON object, got {kind}; {_expected(spec)}"
             )
         return value
 
