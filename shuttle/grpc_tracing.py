@@ -7,9 +7,8 @@ proxy of the servicer context, and on the client a wait for the call's status). 
 call the library's interceptors cost 0.13 ms of CPU on each side; this shortcut saves about
 0.06 ms of it on each (`python -m bench.grpc_tracing`). For those calls the trace context is
 only passed on: the client sends its current context and the server makes the caller's its
-own, so trace ids in events and log lines stay the same.
-Every other call (a sampled trace, a call with no trace yet, a process that exports) goes
-through the library's interceptors unchanged.
+own, so trace ids in events and log lines stay the same. Every other call (a sampled trace, a
+call with no trace yet, a process that exports) goes through the library's interceptors.
 """
 
 from __future__ import annotations
