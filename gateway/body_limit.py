@@ -14,7 +14,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import error_response
+from gateway.errors import http_error_response
 from gateway.grpc_web import PACKAGE
 
 GRPC_WEB_PATHS = f"/{PACKAGE}."
@@ -43,7 +43,7 @@ class BodyLimit:
         headers = Headers(scope=scope)
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.limit:
-            response = error_response(413, "request_too_large", too_large(self.limit))
+            response = http_error_response(413, too_large(self.limit))
             await response(scope, receive, send)
             return
         received = 0

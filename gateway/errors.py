@@ -48,6 +48,13 @@ def error_response(
     )
 
 
+def http_error_response(
+    status: int, message: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """The error body of a plain HTTP status, its code named where the API names one."""
+    return error_response(status, _HTTP_CODES.get(status, f"http_{status}"), message, headers)
+
+
 def from_rpc_error(exc: grpc.aio.AioRpcError) -> ApiError:
     return from_grpc_status(exc.code(), exc.details() or exc.code().name)
 
@@ -77,8 +84,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
-        return error_response(exc.status_code, code, str(exc.detail), exc.headers)
+        return http_error_response(exc.status_code, str(exc.detail), exc.headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

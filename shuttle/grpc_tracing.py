@@ -50,14 +50,18 @@ def traced(details: Any) -> bool:
 
 def unrecorded(span_context: SpanContext, provider: TracerProvider | None = None) -> bool:
     """Whether a span under `span_context` would be recorded by no one: the trace is not
-    sampled, and the provider (this process's by default) samples only under a sampled
-    parent, which it does when it exports nothing."""
-    provider = provider or trace.get_tracer_provider()
-    return (
-        span_context.is_valid
-        and not span_context.trace_flags.sampled
-        and getattr(provider, "sampler", None) is NOT_EXPORTING
-    )
+    sampled, and the provider (this process's by default) exports nothing."""
+    return _unsampled(span_context) and _exports_nothing(provider)
+
+
+def _unsampled(span_context: SpanContext) -> bool:
+    return span_context.is_valid and not span_context.trace_flags.sampled
+
+
+def _exports_nothing(provider: TracerProvider | None) -> bool:
+    """Whether the provider samples only under a sampled parent, as it does when it exports
+    nothing."""
+    return getattr(provider or trace.get_tracer_provider(), "sampler", None) is NOT_EXPORTING
 
 
 class ServerTracing(grpc.aio.ServerInterceptor):
@@ -72,9 +76,10 @@ class ServerTracing(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[MethodHandler | None]],
         details: grpc.HandlerCallDetails,
     ) -> MethodHandler | None:
-        if traced(details):
+        # The provider first: a process that exports needs no look at the caller's trace.
+        if traced(details) and _exports_nothing(self._provider):
             caller = extract(dict(details.invocation_metadata or ()))
-            if unrecorded(trace.get_current_span(caller).get_span_context(), self._provider):
+            if _unsampled(trace.get_current_span(caller).get_span_context()):
                 handler = await continuation(details)
                 return with_behaviour(
                     handler, lambda b: _unary_under(caller, b), lambda b: _stream_under(caller, b)
