@@ -169,6 +169,9 @@ class Settings(BaseSettings):
     # events service is ridden out before the run fails (the gateway's SSE streams too).
     events_batch_max: int = Field(256, ge=1)
     events_retry_seconds: float = Field(30.0, gt=0)
+    # How long a run's batch waits for more events after its oldest one (0: sent at once);
+    # an iteration's events then share an Append (services/executor/emitter.py).
+    events_linger_ms: float = Field(5.0, ge=0, le=1000)
     # The run lease: an executor renews it every third of this while a run is alive; a run
     # whose lease lapses (its executor died) is failed by the events service as EXECUTOR_LOST.
     run_lease_seconds: float = Field(15.0, ge=0.3, le=3600)

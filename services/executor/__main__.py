@@ -76,7 +76,11 @@ async def build(settings: Settings) -> GrpcService:
         router=GrpcRouter(planner),
         commands=GrpcCommandSource(feeds),
         selector=GrpcToolSelector(planner),
-        emitter=EmitterSettings(settings.events_batch_max, settings.events_retry_seconds),
+        emitter=EmitterSettings(
+            settings.events_batch_max,
+            settings.events_retry_seconds,
+            settings.events_linger_ms / 1000,
+        ),
         planner=GrpcDagPlanner(planner),
         models=models,
         team=TeamSettings(

@@ -76,6 +76,7 @@ class Finished:
 class EmitterSettings:
     batch_max: int = 256
     retry_seconds: float = 30.0
+    linger_seconds: float = 0.0
 
 
 class RunManager:
@@ -244,6 +245,7 @@ class RunManager:
             self._sinks(workflow_id, request.tenant_id),
             batch_max=self._emitter.batch_max,
             retry_seconds=self._emitter.retry_seconds,
+            linger_seconds=self._emitter.linger_seconds,
         )
         reporter = RunReporter(emitter)
         started = time.monotonic()

@@ -24,7 +24,7 @@ from services.executor.grpc_log import GrpcCommandSource
 from services.executor.grpc_planner import GrpcDagPlanner, GrpcToolSelector
 from services.executor.lease import Leasing
 from services.executor.ports import ToolSelector
-from services.executor.runs import RunManager, RunRequest
+from services.executor.runs import EmitterSettings, RunManager, RunRequest
 from services.planner.__main__ import build as build_planner
 from services.tools.__main__ import build as build_tools
 from shuttle.envelope import type_name
@@ -92,6 +92,7 @@ class Backends:
         step_limits: StepLimits | None = None,
         leasing: Leasing | None = None,
         sink_options: Mapping[str, int] | None = None,
+        emitter: EmitterSettings | None = None,
         **overrides: Any,
     ) -> RunManager:
         settings = replace(agent_defaults(), tool_timeout_seconds=10, **overrides)
@@ -111,6 +112,7 @@ class Backends:
             team=team,
             step_limits=step_limits,
             leasing=leasing,
+            emitter=emitter,
         )
 
     async def serve(

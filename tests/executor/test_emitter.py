@@ -20,13 +20,20 @@ from services.executor.grpc_clients import (
 )
 from services.executor.grpc_log import GrpcCommandSource
 from services.executor.ports import EventDraft, LogClosed, SinkUnavailable
-from services.executor.runs import RunManager, RunRequest
+from services.executor.runs import EmitterSettings, RunManager, RunRequest
 from services.tools.__main__ import build as build_tools
 from shuttle.grpc_client import open_channel
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.settings import Settings
-from shuttle.v1 import events_pb2, events_pb2_grpc, tools_pb2_grpc
-from tests.executor.conftest import TENANT, Backends, agent_defaults, as_dict, types_of
+from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc, tools_pb2_grpc
+from tests.executor.conftest import (
+    EVENT_WAIT_SECONDS,
+    TENANT,
+    Backends,
+    agent_defaults,
+    as_dict,
+    types_of,
+)
 from tests.support.agent_model import AgentModel, answer, calc
 from tests.support.scripted_openai import ScriptedOpenAI
 
@@ -55,6 +62,83 @@ async def test_many_events_land_in_order_in_few_batches(backends: Backends) -> N
     assert [e.seq for e in events] == list(range(1, 501))
     assert emitter.last_seq == 500
     assert 10 <= emitter._batch_seq < 500  # grouped, never larger than batch_max
+
+
+async def log_of(backends: Backends, workflow_id: str) -> list[common_pb2.Event]:
+    request = events_pb2.ListRequest(workflow_id=workflow_id, tenant_id=TENANT, limit=1000)
+    return list((await backends.events.List(request)).events)
+
+
+async def test_events_emitted_within_the_linger_share_one_append(backends: Backends) -> None:
+    workflow_id = await new_workflow(backends)
+    emitter = EventEmitter(GrpcEventSink(backends.events, workflow_id, TENANT), linger_seconds=0.5)
+    for i in range(3):
+        await emitter.emit(EventDraft("PROGRESS", f"step {i}", {"i": i}))
+        await asyncio.sleep(0.02)  # time enough for an append of its own without the linger
+    assert await log_of(backends, workflow_id) == []  # nothing leaves before the linger is over
+
+    await asyncio.wait_for(_until_logged(backends, workflow_id, 3), EVENT_WAIT_SECONDS)
+    assert emitter._batch_seq == 1
+    await emitter.close()
+
+
+async def _until_logged(backends: Backends, workflow_id: str, count: int) -> None:
+    """Return once the log holds `count` events, as a subscriber sees them arrive."""
+    request = events_pb2.StreamRequest(workflow_id=workflow_id, tenant_id=TENANT, from_seq=1)
+    stream = backends.events.Stream(request)
+    async for event in stream:
+        if event.seq >= count:
+            stream.cancel()
+            return
+
+
+async def test_a_flush_or_a_full_batch_does_not_wait_for_the_linger(backends: Backends) -> None:
+    workflow_id = await new_workflow(backends)
+    sink = GrpcEventSink(backends.events, workflow_id, TENANT)
+    emitter = EventEmitter(sink, batch_max=2, linger_seconds=3600)
+    await emitter.emit(EventDraft("PROGRESS", "flushed", {}))
+    await asyncio.wait_for(emitter.flush(), EVENT_WAIT_SECONDS)
+    assert [e.message for e in await log_of(backends, workflow_id)] == ["flushed"]
+
+    await emitter.emit(EventDraft("PROGRESS", "first of a full batch", {}))
+    await emitter.emit(EventDraft("PROGRESS", "second of a full batch", {}))
+    await asyncio.wait_for(_until_logged(backends, workflow_id, 3), EVENT_WAIT_SECONDS)
+    assert emitter._batch_seq == 2
+    await asyncio.wait_for(emitter.close(), EVENT_WAIT_SECONDS)
+
+
+async def test_events_queued_while_an_append_is_in_flight_linger_from_the_oldest(
+    backends: Backends,
+) -> None:
+    workflow_id = await new_workflow(backends)
+    sink = GrpcEventSink(backends.events, workflow_id, TENANT)
+    emitter = EventEmitter(sink, linger_seconds=0.3)
+    await emitter.emit(EventDraft("PROGRESS", "first", {}))
+    await asyncio.wait_for(_until_logged(backends, workflow_id, 1), EVENT_WAIT_SECONDS)
+    await emitter.emit(EventDraft("PROGRESS", "second", {}))
+    await asyncio.sleep(0.1)
+    await emitter.emit(EventDraft("PROGRESS", "third", {}))
+    await asyncio.wait_for(_until_logged(backends, workflow_id, 3), EVENT_WAIT_SECONDS)
+    assert emitter._batch_seq == 2  # the second and third went together
+    await emitter.close()
+
+
+async def test_a_runs_events_wait_out_the_linger_together(backends: Backends) -> None:
+    script = AgentModel(calc("2*2"), calc("3*3"), answer("4 and 9"), synthesis="4 and 9.")
+    model = ScriptedOpenAI(handler=script).start()
+    llm = OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0)
+    try:
+        runs = backends.run_manager(llm, emitter=EmitterSettings(linger_seconds=3600))
+        log = await asyncio.wait_for(backends.run_to_end(runs, "2*2 and 3*3"), EVENT_WAIT_SECONDS)
+    finally:
+        await llm.close()
+        model.stop()
+    assert types_of(log).count("TOOL_OBSERVATION") == 2
+    assert types_of(log)[-1] == "STREAM_END"
+    # The run ended before the linger did: its close sent everything in one append, which
+    # the events service stamped once.
+    stamps = {e.timestamp.ToNanoseconds() for e in await log_of(backends, log[0]["workflow_id"])}
+    assert len(stamps) == 1
 
 
 async def test_an_event_holding_a_lone_surrogate_is_stored_with_its_batch(
