@@ -7,7 +7,9 @@ tools service over gRPC and the event log. Shuttle is measured read two ways, un
 STREAM_END: over ExecutorService.Run, which relays the log one event per message, and with
 StartRun plus the log read in batches from the events service, as the gateway reads it.
 The bare loop (on the `openai` client, and on the model client the executor uses) and
-LangGraph's prebuilt ReAct agent call the calculator in-process.
+LangGraph's prebuilt ReAct agent call the calculator in-process. The hops peer
+(`bench/hops_peer.py`) makes a run's calls across processes as Shuttle does (tool calls,
+Appends, the log relayed over Run) on bare grpc.aio servers: the layout's own cost.
 Each K is measured on every side in turn, round after round, so that noise from the machine
 falls on all sides alike.
 
@@ -22,16 +24,20 @@ import statistics
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-from .react_support import Sides, open_sides, scripted_stack, timed
+from .hops_peer import hops_peer
+from .react_support import Sides, open_sides, run_over, scripted_stack, timed
 from .results import Spread, add_common_arguments, save, sized
 
 KS = (5, 20, 50)
 
 
-def side_runners(sides: Sides) -> dict[str, Callable[[int], Awaitable[None]]]:
+def side_runners(
+    sides: Sides, hops: Callable[[int], Awaitable[None]]
+) -> dict[str, Callable[[int], Awaitable[None]]]:
     runners: dict[str, Callable[[int], Awaitable[None]]] = {
         "shuttle": sides.shuttle,
         "shuttle_log": sides.shuttle_log,
+        "hops": hops,
         "bare": sides.bare,
         "client_loop": sides.client_loop,
     }
@@ -40,9 +46,11 @@ def side_runners(sides: Sides) -> dict[str, Callable[[int], Awaitable[None]]]:
     return runners
 
 
-async def measure(sides: Sides, runs: int) -> dict[str, dict[int, list[float]]]:
+async def measure(
+    sides: Sides, hops: Callable[[int], Awaitable[None]], runs: int
+) -> dict[str, dict[int, list[float]]]:
     """Seconds per run, by side and K."""
-    runners = side_runners(sides)
+    runners = side_runners(sides, hops)
     samples: dict[str, dict[int, list[float]]] = {name: {k: [] for k in KS} for name in runners}
     for once in runners.values():
         await once(2)  # warm-up: connections, imports, caches
@@ -95,13 +103,14 @@ def print_table(result: dict[str, object], runs: int) -> None:
 async def main(args: argparse.Namespace) -> None:
     runs = sized(args.runs, args.quick, full=10, small=3)
     with scripted_stack() as (model, stack):
-        sides = open_sides(model, stack)
-        try:
-            if sides.langgraph is None:
-                print("LangGraph is not installed (the `bench` extra): its column is left out")
-            samples = await measure(sides, runs)
-        finally:
-            await sides.close()
+        async with hops_peer(model.base_url) as hops_executor:
+            sides = open_sides(model, stack)
+            try:
+                if sides.langgraph is None:
+                    print("LangGraph is not installed (the `bench` extra): its column is left out")
+                samples = await measure(sides, partial(run_over, hops_executor), runs)
+            finally:
+                await sides.close()
     result = figures(samples)
     print_table(result, runs)
     save(args.json, "react_overhead", {"runs": runs, "ks": list(KS)}, result)

@@ -80,10 +80,7 @@ class Sides:
 
     async def shuttle(self, k: int) -> None:
         """ExecutorService.Run: the executor relays the run's log, one event per message."""
-        last = ""
-        async for event in self.executor.Run(run_request(k)):
-            last = type_name(event.type)
-        _check_ended(last)
+        await run_over(self.executor, k)
 
     async def shuttle_log(self, k: int) -> None:
         """ExecutorService.StartRun, then the run's log read in batches from the events
@@ -153,6 +150,14 @@ class Sides:
             await channel.close()
         await self.client.close()
         await self.model_client.close()
+
+
+async def run_over(executor: executor_pb2_grpc.ExecutorServiceAsyncStub, k: int) -> None:
+    """A run of K tool rounds over ExecutorService.Run, read until STREAM_END."""
+    last = ""
+    async for event in executor.Run(run_request(k)):
+        last = type_name(event.type)
+    _check_ended(last)
 
 
 def _check_ended(last_type: str) -> None:

@@ -108,6 +108,11 @@ def _react(results: Results) -> Judgement:
             number(per_iteration["shuttle_log"][str(k)]["median"] - t, 2)
             for k, t in zip(ks, theirs, strict=True)
         )
+    if "hops" in per_iteration:
+        measured += "; the same hops on bare grpc.aio, added " + " / ".join(
+            number(per_iteration["hops"][str(k)]["median"] - t, 2)
+            for k, t in zip(ks, theirs, strict=True)
+        )
     if baseline != "bare" and "bare" in per_iteration:
         measured += "; over the bare `openai` loop, added " + " / ".join(
             number(o - per_iteration["bare"][str(k)]["median"], 2)

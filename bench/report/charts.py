@@ -16,6 +16,7 @@ from .aims import REACT_BASELINES
 COLOURS = {
     "shuttle": "#1f6feb",
     "shuttle_log": "#54aeff",
+    "hops": "#2da44e",
     "bare": "#8b949e",
     "client_loop": "#424a53",
     "langgraph": "#d29922",
@@ -28,6 +29,7 @@ COLOURS = {
 LABELS = {
     "shuttle": "Shuttle, Run",
     "shuttle_log": "Shuttle, StartRun + StreamBatches",
+    "hops": "the same hops, bare grpc.aio",
     "bare": "bare openai loop",
     "client_loop": "bare loop, Shuttle's model client",
     "langgraph": "LangGraph",

@@ -14,6 +14,7 @@ from .markdown import number, spread, table
 SIDES = {
     "shuttle": "Shuttle, `Run`",
     "shuttle_log": "Shuttle, `StartRun` + `StreamBatches`",
+    "hops": "the same hops on bare grpc.aio",
     "bare": "bare `openai` loop",
     "client_loop": "bare loop on Shuttle's model client",
     "langgraph": "LangGraph",
@@ -89,7 +90,14 @@ synthesis; LangGraph's prebuilt agent makes no synthesis call). The bare loops a
 uses the `openai` client's `chat.completions.create`, the other the model client the
 executor calls the model with (`shuttle.llm`, on its default aiohttp transport), so that the
 difference between it and Shuttle is what the engine, the services and the log add to the
-model calls. All sides talk
+model calls. A third peer, the same hops on bare grpc.aio (`bench/hops_peer.py`), runs that
+loop in a process of its own and makes Shuttle's calls across processes for each iteration:
+the tool call to a tool host, the run's events (as many and as large as Shuttle's, batched as
+its emitter batches them) over one AppendStream to a log that commits each batch to SQLite
+before answering, and the log read back and relayed over `Run`, with none of Shuttle's
+validation, idempotency, tenancy, leases, hooks, audit, tracing or metrics. The difference
+between it and the model-client loop is what the process layout costs by itself; the
+difference between Shuttle and it is what Shuttle's own code costs. All sides talk
 to one zero-latency scripted OpenAI-compatible server (a process of its own,
 `bench/model_server.py`); for each K the sides take turns run by run, so load from elsewhere
 falls on all of them alike. Figures are run time ÷ K:

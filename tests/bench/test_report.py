@@ -136,6 +136,14 @@ def test_both_ways_of_reading_a_run_and_the_cpu_of_each_process_are_reported(
         in text
     )
     assert "| Shuttle, `StartRun` + `StreamBatches` \u2212 model-client loop |" in text
+    layout = [
+        per_iteration["hops"][str(k)]["median"] - per_iteration["client_loop"][str(k)]["median"]
+        for k in overhead["ks"]
+    ]
+    assert (
+        "the same hops on bare grpc.aio, added " + " / ".join(f"{a:,.2f}" for a in layout) in text
+    )
+    assert "| the same hops on bare grpc.aio |" in text  # the fit's row
 
     concurrency = json.loads((RESULTS / "react_concurrency.json").read_text())["figures"]
     hundred = next(r for r in concurrency["rows"] if r["count"] == 100)
