@@ -170,8 +170,14 @@ class Appends:
             while True:
                 yield await outbox.get()
 
-        async for answer in self._log.AppendStream(calls()):
-            self._waiting.pop(answer.id).set_result(answer)
+        try:
+            async for answer in self._log.AppendStream(calls()):
+                self._waiting.pop(answer.id).set_result(answer)
+        finally:
+            # A broken call fails its runs rather than leaving them waiting.
+            for waiting in self._waiting.values():
+                waiting.set_exception(RuntimeError("the peer's AppendStream ended"))
+            self._waiting.clear()
 
 
 class RunLog:
@@ -239,10 +245,20 @@ class Executor:
         async for batch in self._log.StreamBatches(stream):
             for event in batch.events:
                 yield event
-        await running
+        await running  # a failed run's error reaches the caller
 
     async def _run(self, workflow_id: str, query: str) -> None:
         log = RunLog(self._appends, workflow_id)
+        try:
+            await self._loop(log, workflow_id, query)
+        except Exception as failed:
+            # The log still ends, so its reader stops and the failure is raised to the caller.
+            log.emit("ERROR_OCCURRED", str(failed), {"fatal": True})
+            log.emit("STREAM_END", "Stream ended", {})
+            await log.close()
+            raise
+
+    async def _loop(self, log: RunLog, workflow_id: str, query: str) -> None:
         log.emit("WORKFLOW_STARTED", "Workflow started", {"query": query, "mode": "STANDARD"})
         log.emit("AGENT_STARTED", f"{AGENT} started", {"agent_id": AGENT, "role": "assistant"})
         messages: list[dict[str, Any]] = [{"role": "user", "content": query}]
