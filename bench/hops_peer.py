@@ -52,7 +52,7 @@ from shuttle.v1 import (
 )
 from tests.support.stack import free_ports
 
-from .react_support import LLM_TIMEOUT_SECONDS, TOOLS
+from .react_support import LLM_TIMEOUT_SECONDS, TOOLS, assistant_message
 
 LINGER_SECONDS = 0.005
 """As Shuttle's emitter lingers by default (SHUTTLE_EVENTS_LINGER_MS)."""
@@ -275,20 +275,7 @@ class Executor:
             )
             if not result.tool_calls:
                 break
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": result.content,
-                    "tool_calls": [
-                        {
-                            "id": c.id,
-                            "type": "function",
-                            "function": {"name": c.name, "arguments": c.arguments},
-                        }
-                        for c in result.tool_calls
-                    ],
-                }
-            )
+            messages.append(assistant_message(result))
             for call in result.tool_calls:
                 messages.append(
                     await self._tool_call(log, workflow_id, call.id, call.name, call.arguments)

@@ -16,6 +16,7 @@ from services.tools.builtins.calculator import Calculator
 from shuttle.envelope import type_name
 from shuttle.grpc_client import open_channel
 from shuttle.llm.openai_model import OpenAIModel
+from shuttle.llm.protocol import ChatResult
 from shuttle.log_follow import follow
 from shuttle.v1 import common_pb2, events_pb2_grpc, executor_pb2, executor_pb2_grpc
 from tests.support.stack import Stack
@@ -123,20 +124,7 @@ class Sides:
             result = await self.model_client.chat(messages, TOOLS)
             if not result.tool_calls:
                 break
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": result.content,
-                    "tool_calls": [
-                        {
-                            "id": call.id,
-                            "type": "function",
-                            "function": {"name": call.name, "arguments": call.arguments},
-                        }
-                        for call in result.tool_calls
-                    ],
-                }
-            )
+            messages.append(assistant_message(result))
             for call in result.tool_calls:
                 observation = await CALCULATOR.run({"expression": f"{len(messages)}+1"})
                 messages.append(
@@ -150,6 +138,22 @@ class Sides:
             await channel.close()
         await self.client.close()
         await self.model_client.close()
+
+
+def assistant_message(result: ChatResult) -> dict[str, Any]:
+    """The model's reply as the next request's assistant message, tool calls included."""
+    return {
+        "role": "assistant",
+        "content": result.content,
+        "tool_calls": [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in result.tool_calls
+        ],
+    }
 
 
 async def run_over(executor: executor_pb2_grpc.ExecutorServiceAsyncStub, k: int) -> None:
