@@ -62,6 +62,9 @@ AGENT = "agent-main"
 
 
 class Log:
+    """Seqs from a counter, each batch committed before its answer; batches are taken one
+    after another and each workflow has one reader (a run's relay), as this peer needs."""
+
     def __init__(self, database: Path) -> None:
         self._db = sqlite3.connect(database, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -135,6 +138,8 @@ class Log:
 
 
 class Tools:
+    """The calculator behind `ToolService.Execute`, nothing around it."""
+
     def __init__(self) -> None:
         self._calculator = Calculator()
 
@@ -228,6 +233,8 @@ class RunLog:
 
 
 class Executor:
+    """`ExecutorService.Run`: the loop, its tool calls and events, the log relayed back."""
+
     def __init__(self, log_target: str, tools_target: str, model_url: str) -> None:
         self._channels = [grpc.aio.insecure_channel(t) for t in (log_target, tools_target)]
         self._log = events_pb2_grpc.EventServiceStub(self._channels[0])
