@@ -71,7 +71,7 @@ async def log_of(backends: Backends, workflow_id: str) -> list[common_pb2.Event]
 
 async def test_events_emitted_within_the_linger_share_one_append(backends: Backends) -> None:
     workflow_id = await new_workflow(backends)
-    emitter = EventEmitter(GrpcEventSink(backends.events, workflow_id, TENANT), linger_seconds=0.5)
+    emitter = EventEmitter(GrpcEventSink(backends.events, workflow_id, TENANT), linger_seconds=2.0)
     for i in range(3):
         await emitter.emit(EventDraft("PROGRESS", f"step {i}", {"i": i}))
         await asyncio.sleep(0.02)  # time enough for an append of its own without the linger
@@ -112,7 +112,7 @@ async def test_events_queued_while_an_append_is_in_flight_linger_from_the_oldest
 ) -> None:
     workflow_id = await new_workflow(backends)
     sink = GrpcEventSink(backends.events, workflow_id, TENANT)
-    emitter = EventEmitter(sink, linger_seconds=0.3)
+    emitter = EventEmitter(sink, linger_seconds=1.0)
     await emitter.emit(EventDraft("PROGRESS", "first", {}))
     await asyncio.wait_for(_until_logged(backends, workflow_id, 1), EVENT_WAIT_SECONDS)
     await emitter.emit(EventDraft("PROGRESS", "second", {}))
