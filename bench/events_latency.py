@@ -40,9 +40,9 @@ from services.events.log import EventLog
 from services.events.migrate import migrate
 from services.events.records import NewEvent
 from services.events.store import SqlEventStore
-from services.executor.append_stream import AppendStreamBroken
 from shuttle.db import create_engine
 from shuttle.envelope import type_value
+from shuttle.events_client.append_stream import AppendStreamBroken
 from shuttle.grpc_client import tenant_metadata
 from shuttle.paced_signal import DEFAULT_SECONDS_PER_WAITER
 from shuttle.v1 import common_pb2, events_pb2

@@ -3,7 +3,7 @@ for the whole process (with `unary`, one Append call per batch, as before that R
 
 from __future__ import annotations
 
-from services.executor.append_stream import AppendStream
+from shuttle.events_client.append_stream import AppendStream
 from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import events_pb2, events_pb2_grpc
 

@@ -14,10 +14,10 @@ import openai
 
 from services.tools.builtins.calculator import Calculator
 from shuttle.envelope import type_name
+from shuttle.events_client.follow import follow
 from shuttle.grpc_client import open_channel
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.llm.protocol import ChatResult
-from shuttle.log_follow import follow
 from shuttle.v1 import common_pb2, events_pb2_grpc, executor_pb2, executor_pb2_grpc
 from tests.support.stack import Stack
 

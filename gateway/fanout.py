@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from shuttle.log_follow import STREAM_END, Upstream, UpstreamError, follow
+from shuttle.events_client.follow import STREAM_END, Upstream, UpstreamError, follow
 from shuttle.metrics import SSE_CATCHUPS, SSE_FEEDS
 from shuttle.paced_signal import SECONDS_PER_SSE_CLIENT, PacedSignal
 from shuttle.v1 import common_pb2, events_pb2_grpc

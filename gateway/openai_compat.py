@@ -26,7 +26,7 @@ from gateway.errors import ApiError, from_grpc_status
 from gateway.submit import TaskSpec, submit
 from gateway.tenancy import CallerDep
 from shuttle.envelope import type_name
-from shuttle.log_follow import UpstreamError, follow
+from shuttle.events_client.follow import UpstreamError, follow
 from shuttle.settings import Settings
 from shuttle.utf8 import ensure_utf8, json_text
 

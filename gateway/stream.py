@@ -26,7 +26,7 @@ from gateway.tasks import ERRORS, require_workflow
 from gateway.tenancy import CallerDep, StreamCallerDep, tenant_for_workflow
 from gateway.tickets import TicketSigner
 from shuttle.envelope import to_json_dict, type_name
-from shuttle.log_follow import UpstreamError
+from shuttle.events_client.follow import UpstreamError
 from shuttle.metrics import SSE_CONNECTIONS
 from shuttle.utf8 import json_text
 from shuttle.v1 import common_pb2

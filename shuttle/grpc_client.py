@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import grpc
 
@@ -34,6 +32,13 @@ def tenant_metadata(tenant_id: str) -> tuple[tuple[str, str], ...]:
     return ((TENANT_METADATA_KEY, tenant_id),)
 
 
+# A restarting server refuses calls (UNAVAILABLE) or does not answer in time: a unary call
+# made again reaches it, or another replica, once it is back.
+RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# A stopping server also drops the streams it is serving (CANCELLED); a stream opened again
+# from where it broke off loses nothing.
+STREAM_RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
@@ -49,44 +54,3 @@ def dropped_by_grpc() -> bool:
     gets CancelledError, not an AioRpcError."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() == 0
-
-
-class NoAnswer(Exception):
-    """The server could not be asked (out of reach, or an error other than UNIMPLEMENTED)."""
-
-
-# A server that answers at all answers this at once.
-IMPLEMENTS_TIMEOUT_SECONDS = 10.0
-
-
-async def implements(
-    open_call: Callable[[AsyncIterator[Any]], grpc.aio.StreamStreamCall[Any, Any]],
-    timeout_seconds: float = IMPLEMENTS_TIMEOUT_SECONDS,
-) -> bool:
-    """Whether the server implements a bidirectional method, asked with a call that sends
-    nothing: a call that sends requests to a server without the method may fail with
-    INTERNAL rather than UNIMPLEMENTED (a race in gRPC between the client's writes and the
-    server's refusal). Raises NoAnswer."""
-    call = open_call(_no_requests())
-    try:
-        async with asyncio.timeout(timeout_seconds):
-            async for _ in call:
-                pass
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-            return False
-        raise NoAnswer(f"{exc.code().name}: {exc.details()}") from exc
-    except asyncio.CancelledError:
-        if not dropped_by_grpc():
-            raise
-        raise NoAnswer("CANCELLED: the server is out of reach") from None
-    except TimeoutError:
-        raise NoAnswer(f"DEADLINE_EXCEEDED: no answer in {timeout_seconds} s") from None
-    finally:
-        call.cancel()
-    return True
-
-
-async def _no_requests() -> AsyncIterator[Any]:
-    return
-    yield

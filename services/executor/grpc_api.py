@@ -6,19 +6,19 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from services.executor.commands import CommandDesk, ControlAction, InvalidCommand, InvalidTransition
-from services.executor.grpc_log import GrpcWorkflowLog
-from services.executor.runs import RunManager, RunRequest
-from shuttle.grpc_client import tenant_metadata
-from shuttle.grpc_server import Context
-from shuttle.log_follow import UpstreamError, follow
-from shuttle.v1 import (
-    common_pb2,
-    events_pb2,
-    events_pb2_grpc,
-    executor_pb2,
-    executor_pb2_grpc,
+from services.executor.adapters.events import GrpcWorkflowLog
+from services.executor.commands.desk import (
+    CommandDesk,
+    ControlAction,
+    InvalidCommand,
+    InvalidTransition,
 )
+from services.executor.ports import RunRequest
+from services.executor.runs import RunManager
+from shuttle.events_client import EventsClient, UpstreamError
+from shuttle.grpc_server import Context
+from shuttle.v1 import common_pb2, executor_pb2, executor_pb2_grpc
+from shuttle.workflow_log import AppendRefused, LogClosed, LogUnavailable
 
 _MODE_NAMES = {
     common_pb2.MODE_UNSPECIFIED: "",
@@ -31,6 +31,17 @@ _MODE_NAMES = {
 async def _abort_from(context: Context, exc: grpc.aio.AioRpcError) -> None:
     """Pass a downstream failure on with its code and a message naming where it came from."""
     await context.abort(exc.code(), f"events service: {exc.details()}")
+
+
+async def _abort_append(context: Context, exc: LogUnavailable | LogClosed | AppendRefused) -> None:
+    """A command the log did not take, with the status the events service gave."""
+    if isinstance(exc, LogUnavailable):
+        code = grpc.StatusCode.UNAVAILABLE
+    elif isinstance(exc, LogClosed):
+        code = grpc.StatusCode.FAILED_PRECONDITION
+    else:
+        code = grpc.StatusCode[exc.status]
+    await context.abort(code, f"events service: {exc}")
 
 
 HISTORY_ROLES = ("user", "assistant")
@@ -46,14 +57,11 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     def __init__(
         self,
         runs: RunManager,
-        events: events_pb2_grpc.EventServiceAsyncStub,
+        events: EventsClient,
         desk: CommandDesk | None = None,
-        *,
-        events_retry_seconds: float = 30.0,
     ) -> None:
         self._runs = runs
         self._events = events
-        self._events_retry_seconds = events_retry_seconds
         self._desk = desk or CommandDesk(GrpcWorkflowLog(events), runs.deliver)
 
     async def _start(self, request: executor_pb2.StartRunRequest, context: Context) -> str:
@@ -97,7 +105,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         workflow_id = await self._start(request, context)
         # Followed like the gateway follows a log: an events service restart mid-run costs
         # the caller neither its stream nor an event.
-        log = follow(self._events, request.tenant_id, workflow_id, 1, self._events_retry_seconds)
+        log = self._events.follow(workflow_id, request.tenant_id)
         try:
             async for events in log:
                 for event in events:
@@ -109,12 +117,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         self, request: executor_pb2.GetRunRequest, context: Context
     ) -> executor_pb2.RunInfo:
         try:
-            wf = await self._events.GetWorkflow(
-                events_pb2.GetWorkflowRequest(
-                    workflow_id=request.workflow_id, tenant_id=request.tenant_id
-                ),
-                metadata=tenant_metadata(request.tenant_id),
-            )
+            wf = await self._events.get_workflow(request.workflow_id, request.tenant_id)
         except grpc.aio.AioRpcError as exc:
             await _abort_from(context, exc)
             raise
@@ -152,6 +155,9 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         except grpc.aio.AioRpcError as exc:
             await _abort_from(context, exc)
             raise
+        except (LogUnavailable, LogClosed, AppendRefused) as exc:
+            await _abort_append(context, exc)
+            raise
         return executor_pb2.ControlResponse(
             status=common_pb2.WorkflowStatus.Value(f"WORKFLOW_STATUS_{status}")
         )
@@ -170,6 +176,9 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             raise
         except grpc.aio.AioRpcError as exc:
             await _abort_from(context, exc)
+            raise
+        except (LogUnavailable, LogClosed, AppendRefused) as exc:
+            await _abort_append(context, exc)
             raise
         return executor_pb2.InterruptResponse(accepted=True)
 

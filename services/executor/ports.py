@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
+
+from shuttle.llm.protocol import Message
+from shuttle.workflow_log import EventDraft
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,9 @@ class ToolOutcome:
         return not (self.error or self.blocked)
 
 
-class ToolHost(Protocol):
+class ToolPort(Protocol):
+    """The tools service as the engine calls it."""
+
     async def list_tools(self, tenant_id: str) -> Sequence[ToolDefinition]: ...
 
     async def execute(self, call: ToolInvocation) -> ToolOutcome:
@@ -74,32 +79,14 @@ class ToolHost(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class EventDraft:
-    type: str
-    message: str
-    payload: Mapping[str, Any] = field(default_factory=dict)
-    agent_id: str = ""
-
-
 class EventSink(Protocol):
-    """Appends batches to one workflow's log as one producer; returns the seqs of the
-    drafts it appended: as many, from the first, as one append takes (at least one).
+    """Appends one workflow's events as one producer (numbering and resending its batches):
+    the drafts, from the first, that one append takes (at least one); their seqs.
 
-    Batches are numbered 1, 2, 3 ...; resending a batch with the same number and drafts
-    must not duplicate it. Raises SinkUnavailable for a transient outage (worth retrying)
-    and LogClosed when the log already ended.
-    """
+    Raises LogUnavailable once the events service stayed out of reach, LogClosed when the
+    log already ended, AppendRefused for a batch the log refuses (shuttle.workflow_log)."""
 
-    async def append(self, drafts: Sequence[EventDraft], batch_seq: int) -> Sequence[int]: ...
-
-
-class SinkUnavailable(Exception):
-    """The events service could not be reached; the same batch may be resent."""
-
-
-class LogClosed(Exception):
-    """The workflow's log already holds STREAM_END."""
+    async def append(self, drafts: Sequence[EventDraft]) -> Sequence[int]: ...
 
 
 class ToolSelector(Protocol):
@@ -118,4 +105,42 @@ class RunLeases(Protocol):
     async def renew(self, workflow_id: str, tenant_id: str, owner: str, ttl_seconds: float) -> None:
         """Take or extend the lease for `ttl_seconds`; LeaseRefused when it is not ours to
         have. Any other exception is transient (worth trying again)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    query: str
+    tenant_id: str
+    owner: str = ""
+    session_id: str = ""
+    mode: str = ""
+    """SIMPLE, STANDARD or COMPLEX when the user forced one; empty lets the router decide."""
+    budget_tokens: int = 0
+    """This run's token budget; 0 keeps the deployment's default."""
+    history: tuple[Message, ...] = ()
+    """Earlier turns of the run's session, oldest first."""
+
+
+class WorkflowRegistry(Protocol):
+    async def create(self, request: RunRequest) -> str:
+        """Registers a workflow and returns its id."""
+        ...
+
+
+MODES = ("SIMPLE", "STANDARD", "COMPLEX")
+"""SIMPLE and STANDARD run the ReAct loop, COMPLEX a DAG."""
+
+
+@dataclass(frozen=True)
+class Route:
+    mode: str
+    estimated_complexity: float
+
+
+class Router(Protocol):
+    async def route(
+        self, workflow_id: str, query: str, requested_mode: str, tenant_id: str = ""
+    ) -> Route:
+        """The user's mode when they forced one, else the planner's estimate."""
         ...

@@ -6,58 +6,52 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
 
-from services.executor.catalog import PrefetchedCatalog
+from services.executor.commands.feed import CommandFeed, CommandSource, RunReceiver
 from services.executor.dag.control import TeamControl
 from services.executor.dag.plan import ScheduleError
 from services.executor.dag.ports import DagPlanner, ModelPicker, PlanningFailed
 from services.executor.dag.steps import StepAgents, StepLimits
 from services.executor.dag.team import TeamRun, TeamSettings
-from services.executor.emitter import EmitterFailed, EventEmitter
 from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import RunContext
-from services.executor.follower import CommandFeed, CommandSource, LogCommand, RunReceiver
 from services.executor.lease import LeaseKeeper, Leasing
-from services.executor.llm_observer import RunRetryObserver
+from services.executor.log.emitter import EmitterFailed, EventEmitter
+from services.executor.log.reporter import RunReporter
 from services.executor.policies.control import RunCancelled
-from services.executor.ports import EventSink, ToolHost, ToolSelector
-from services.executor.reporter import RunReporter
-from services.executor.routing import Route, Router
-from shuttle.llm.protocol import LLM, LLMError, Message, TokenUsage
+from services.executor.ports import (
+    EventSink,
+    Route,
+    Router,
+    RunRequest,
+    ToolDefinition,
+    ToolPort,
+    ToolSelector,
+    WorkflowRegistry,
+)
+from shuttle.llm.protocol import LLM, LLMError, TokenUsage
+from shuttle.llm.retry_events import RetryReporter
 from shuttle.logs import current_workflow
 from shuttle.metrics import RUN_ITERATIONS, RUNS_FINISHED, RUNS_STARTED
 from shuttle.telemetry import background_context
+from shuttle.workflow_log import LogCommand
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    query: str
-    tenant_id: str
-    owner: str = ""
-    session_id: str = ""
-    mode: str = ""
-    """SIMPLE, STANDARD or COMPLEX when the user forced one; empty lets the router decide."""
-    budget_tokens: int = 0
-    """This run's token budget; 0 keeps the deployment's default."""
-    history: tuple[Message, ...] = ()
-    """Earlier turns of the run's session, oldest first."""
-
-
-class WorkflowRegistry(Protocol):
-    async def create(self, request: RunRequest) -> str:
-        """Registers a workflow and returns its id."""
-        ...
 
 
 SinkFactory = Callable[[str, str], EventSink]
 """(workflow_id, tenant_id) -> the sink appending to that workflow's log."""
 
+
+# How long a run's opening events wait for its catalog: a listing takes milliseconds, and a
+# tools service that hangs must not keep a run from showing it has started.
+CATALOG_SETTLE_SECONDS = 1.0
+
+Catalog = asyncio.Task[Sequence[ToolDefinition]]
+"""A run's first listing of its tools, started with the run."""
 
 SIMPLE_MAX_ITERATIONS = 5
 SIMPLE_MAX_TOOLS = 3
@@ -75,7 +69,6 @@ class Finished:
 @dataclass(frozen=True)
 class EmitterSettings:
     batch_max: int = 256
-    retry_seconds: float = 30.0
     linger_seconds: float = 0.0
 
 
@@ -86,7 +79,7 @@ class RunManager:
         self,
         registry: WorkflowRegistry,
         sinks: SinkFactory,
-        tools: ToolHost,
+        tools: ToolPort,
         llm: LLM,
         settings: AgentSettings,
         router: Router | None = None,
@@ -124,20 +117,29 @@ class RunManager:
     async def start(self, request: RunRequest) -> str:
         if not request.query.strip():
             raise ValueError("query must not be empty")
-        tools = PrefetchedCatalog(self._tools, request.tenant_id)
+        # ListTools and CreateWorkflow do not depend on each other: asked at once, the run's
+        # first model call waits for neither in turn. Neither the run's tasks nor their done
+        # callbacks keep the request's span alive (each would otherwise hold a copy of the
+        # request's context for the whole run).
+        catalog = asyncio.create_task(
+            self._tools.list_tools(request.tenant_id),
+            name="list-tools",
+            context=background_context(),
+        )
+        # Retrieved here too, so a run that ends before it lists its tools leaves no
+        # "exception was never retrieved" behind.
+        catalog.add_done_callback(_retrieve)
         try:
             workflow_id = await self._registry.create(request)
         except BaseException:
-            await tools.close()
+            await _cancel(catalog)
             raise
         receiver = self._receivers[workflow_id] = RunReceiver()
+        context = background_context()
         if self._commands is not None:
             self._commands.register(workflow_id, request.tenant_id, receiver)
-        # Neither the task nor its done callback keeps the request's span alive (each would
-        # otherwise hold a copy of the request's context for the whole run).
-        context = background_context()
         task = asyncio.create_task(
-            self._execute(workflow_id, request, tools), name=workflow_id, context=context
+            self._execute(workflow_id, request, catalog), name=workflow_id, context=context
         )
         self._tasks[workflow_id] = task
         task.add_done_callback(lambda _: self._forget(workflow_id), context=context)
@@ -176,12 +178,12 @@ class RunManager:
         ctx: RunContext,
         reporter: RunReporter,
         usage: list[Callable[[], TokenUsage]],
-        tools: ToolHost,
+        catalog: Catalog,
     ) -> Finished:
         receiver = self._receivers[ctx.workflow_id]
         agent = ReActAgent(
-            self._llm.with_observer(RunRetryObserver(reporter, ctx.agent_id)),
-            tools,
+            self._llm.with_observer(RetryReporter(reporter.emit, ctx.agent_id)),
+            self._tools,
             reporter,
             self._agent_settings(request, mode),
             selector=self._selector,
@@ -189,7 +191,7 @@ class RunManager:
             inbox=receiver.interrupts,
         )
         usage[0] = lambda: agent.usage
-        result = await agent.run(request.query, ctx)
+        result = await agent.run(request.query, ctx, catalog=await catalog)
         RUN_ITERATIONS.observe(result.iterations)
         return Finished(result.answer, result.usage, 1, len(result.steps), result.iterations)
 
@@ -199,7 +201,7 @@ class RunManager:
         ctx: RunContext,
         reporter: RunReporter,
         usage: list[Callable[[], TokenUsage]],
-        tools: ToolHost,
+        catalog: Catalog,
     ) -> Finished:
         if self._planner is None:
             raise PlanningFailed("this executor has no planner for mode COMPLEX")
@@ -211,7 +213,7 @@ class RunManager:
             request.query,
             llm=self._llm,
             models=self._models,
-            tools=tools,
+            tools=self._tools,
             reporter=reporter,
             settings=settings,
             limits=self._step_limits,
@@ -233,18 +235,15 @@ class RunManager:
             budget_warn_percent=settings.budget_warn_percent,
         )
         usage[0] = lambda: team.usage
-        result = await team.run(list(await tools.list_tools(ctx.tenant_id)))
+        result = await team.run(list(await catalog))
         return Finished(
             result.answer, result.usage, result.agents_used, result.tools_invoked, result.rounds
         )
 
-    async def _execute(
-        self, workflow_id: str, request: RunRequest, tools: PrefetchedCatalog
-    ) -> None:
+    async def _execute(self, workflow_id: str, request: RunRequest, catalog: Catalog) -> None:
         emitter = EventEmitter(
             self._sinks(workflow_id, request.tenant_id),
             batch_max=self._emitter.batch_max,
-            retry_seconds=self._emitter.retry_seconds,
             linger_seconds=self._emitter.linger_seconds,
         )
         reporter = RunReporter(emitter)
@@ -268,14 +267,19 @@ class RunManager:
                 if self._router is not None
                 else Route(request.mode or "STANDARD", 0.0)
             )
-            await tools.settled()
+            # Whatever the listing answers (an error is raised to whoever awaits it), the
+            # run's opening events then go in one Append rather than WORKFLOW_STARTED alone
+            # while the agent waits for its catalog.
+            await asyncio.wait({catalog}, timeout=CATALOG_SETTLE_SECONDS)
             await reporter.workflow_started(
                 request.query, route.mode, request.session_id, route.estimated_complexity
             )
             if route.mode == "COMPLEX":
-                result = await self._run_team(request, context, reporter, usage, tools)
+                result = await self._run_team(request, context, reporter, usage, catalog)
             else:
-                result = await self._run_react(request, route.mode, context, reporter, usage, tools)
+                result = await self._run_react(
+                    request, route.mode, context, reporter, usage, catalog
+                )
             await reporter.workflow_completed(
                 result.answer,
                 int((time.monotonic() - started) * 1000),
@@ -323,7 +327,7 @@ class RunManager:
             log.exception("run failed", extra={"workflow_id": workflow_id})
             await self._fail(reporter, workflow_id, "INTERNAL", f"{type(exc).__name__}: {exc}")
         finally:
-            await tools.close()
+            await _cancel(catalog)  # not taken when the run ended before its agent started
             if lease is not None:
                 await lease.stop()
             with contextlib.suppress(EmitterFailed):
@@ -372,3 +376,14 @@ class RunManager:
             await asyncio.gather(*still_running, return_exceptions=True)
         if self._commands is not None:
             await self._commands.close()
+
+
+def _retrieve(task: Catalog) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def _cancel(task: Catalog) -> None:
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 
 from services.planner.grpc_api import PlannerServicer
-from services.planner.retry_log import GrpcWorkflowLog
+from shuttle.events_client import EventsClient
 from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import GrpcService
 from shuttle.llm.factory import build_registry
 from shuttle.process import main
 from shuttle.settings import Settings
-from shuttle.v1 import events_pb2_grpc, planner_pb2, planner_pb2_grpc
+from shuttle.v1 import planner_pb2, planner_pb2_grpc
 
 log = logging.getLogger("planner")
 
@@ -19,13 +19,13 @@ log = logging.getLogger("planner")
 async def build(settings: Settings) -> GrpcService:
     models = build_registry(settings).traced()
     events_channel = open_channel(settings.grpc_target("events"))
-    workflow_log = GrpcWorkflowLog(events_pb2_grpc.EventServiceStub(events_channel))
+    events = EventsClient(events_channel)
     log.info("planner models: %s", ", ".join(models.names))
     return GrpcService(
         name="planner",
         service_names=[planner_pb2.DESCRIPTOR.services_by_name["PlannerService"].full_name],
         register=lambda server: planner_pb2_grpc.add_PlannerServiceServicer_to_server(
-            PlannerServicer(models, workflow_log), server
+            PlannerServicer(models, events), server
         ),
         on_stop=(events_channel.close, models.close),
     )

@@ -12,7 +12,7 @@ from jsonschema.exceptions import SchemaError
 
 from services.planner.analysis import StepOutcome, analyze_plan
 from services.planner.planning import make_plan
-from services.planner.retry_log import WorkflowLog, WorkflowRetryObserver
+from services.planner.retry_log import retry_reporter
 from services.planner.routing import Mode, route
 from services.planner.selection import ToolInfo, select_tools
 from services.planner.structured import (
@@ -20,6 +20,7 @@ from services.planner.structured import (
     StructuredOutputError,
     structured_llm_call,
 )
+from shuttle.events_client import EventsClient
 from shuttle.grpc_client import TENANT_METADATA_KEY
 from shuttle.grpc_server import Context
 from shuttle.llm.factory import ModelRegistry
@@ -100,9 +101,9 @@ def _tools(summaries: Sequence[planner_pb2.ToolSummary]) -> list[ToolInfo]:
 
 
 class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
-    def __init__(self, models: ModelRegistry, workflow_log: WorkflowLog | None = None) -> None:
+    def __init__(self, models: ModelRegistry, events: EventsClient | None = None) -> None:
         self._models = models
-        self._log = workflow_log
+        self._events = events
 
     async def _model(self, context: Context, role: str, workflow_id: str) -> LLM:
         """The role's model; its retries go on the workflow's log when the caller named the
@@ -113,9 +114,9 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"model_role: {exc}")
         metadata = {key: value for key, value in context.invocation_metadata() or ()}
         tenant = str(metadata.get(TENANT_METADATA_KEY, ""))
-        if self._log is None or not workflow_id or not tenant:
+        if self._events is None or not workflow_id or not tenant:
             return model
-        return model.with_observer(WorkflowRetryObserver(self._log, workflow_id, tenant))
+        return model.with_observer(retry_reporter(self._events, workflow_id, tenant))
 
     async def StructuredCall(
         self, request: planner_pb2.StructuredCallRequest, context: Context

@@ -25,12 +25,13 @@ from services.tools.netguard import AddressPolicy
 from services.tools.providers.loader import load_providers
 from services.tools.workspace import Workspaces
 from shuttle.db import create_engine
+from shuttle.events_client import EventsClient
 from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import Cleanup, GrpcService
 from shuttle.process import main
 from shuttle.settings import Settings
 from shuttle.sql_transactions import writes_for
-from shuttle.v1 import events_pb2_grpc, tools_pb2_grpc
+from shuttle.v1 import tools_pb2_grpc
 
 
 def service_for(
@@ -89,7 +90,7 @@ async def build(settings: Settings) -> GrpcService:
     audit_writes = writes_for(engine)
     events_channel = open_channel(settings.grpc_target("events"))
     approvals = ApprovalService(
-        ApprovalStore(engine), GrpcWorkflowLog(events_pb2_grpc.EventServiceStub(events_channel))
+        ApprovalStore(engine), GrpcWorkflowLog(EventsClient(events_channel))
     )
     buckets = _buckets(settings)
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -24,6 +24,7 @@ from services.tools.approvals import (
 )
 from shuttle.metrics import APPROVALS_PENDING
 from shuttle.utf8 import json_text
+from shuttle.workflow_log import EventDraft
 
 log = logging.getLogger(__name__)
 
@@ -31,19 +32,11 @@ log = logging.getLogger(__name__)
 RESUBSCRIBE_SECONDS = 1.0
 
 
-@dataclass(frozen=True, kw_only=True)
-class LogEvent:
-    type: str
-    message: str
-    payload: dict[str, Any] = field(default_factory=dict)
-    agent_id: str = ""
-
-
 class WorkflowLog(Protocol):
     """The events service as the approval flow needs it."""
 
     async def append(
-        self, workflow_id: str, tenant_id: str, events: Sequence[LogEvent]
+        self, workflow_id: str, tenant_id: str, events: Sequence[EventDraft]
     ) -> list[int]: ...
 
     def decisions(self, workflow_id: str, tenant_id: str, from_seq: int) -> AsyncIterator[str]:
@@ -103,7 +96,7 @@ class ApprovalService:
             request.workflow_id,
             request.tenant_id,
             [
-                LogEvent(
+                EventDraft(
                     type="APPROVAL_REQUESTED",
                     agent_id=request.agent_id,
                     message=f"Approval needed to run {request.tool_name}",
@@ -116,7 +109,7 @@ class ApprovalService:
                         "details": {"arguments": request.arguments, "call_id": request.call_id},
                     },
                 ),
-                LogEvent(
+                EventDraft(
                     type="WAITING",
                     agent_id=request.agent_id,
                     message=f"Waiting for approval of {request.tool_name}",
@@ -201,7 +194,7 @@ class ApprovalService:
             approval.workflow_id,
             approval.tenant_id,
             [
-                LogEvent(
+                EventDraft(
                     type="APPROVAL_DECISION",
                     agent_id=agent_id,
                     message=f"{verb}: {approval.tool_name}",

@@ -1,62 +1,38 @@
-"""The workflow log over gRPC (EventService), as the approval flow's WorkflowLog."""
+"""The workflow log as the approval flow's WorkflowLog, through the shared events client."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING
 
-from services.tools.approval_flow import LogEvent
-from shuttle.envelope import type_name, type_value
-from shuttle.utf8 import json_text
-from shuttle.v1 import common_pb2, events_pb2
-
-if TYPE_CHECKING:
-    from shuttle.v1.events_pb2_grpc import EventServiceAsyncStub
+from shuttle.envelope import type_name
+from shuttle.events_client import EventsClient
+from shuttle.workflow_log import EventDraft
 
 
 class GrpcWorkflowLog:
-    def __init__(self, stub: EventServiceAsyncStub) -> None:
-        self._stub = stub
+    def __init__(self, events: EventsClient) -> None:
+        self._events = events
 
     async def append(
-        self, workflow_id: str, tenant_id: str, events: Sequence[LogEvent]
+        self, workflow_id: str, tenant_id: str, events: Sequence[EventDraft]
     ) -> list[int]:
-        response = await self._stub.Append(
-            events_pb2.AppendRequest(
-                workflow_id=workflow_id,
-                tenant_id=tenant_id,
-                events=[
-                    common_pb2.EventDraft(
-                        type=type_value(event.type),
-                        agent_id=event.agent_id,
-                        message=event.message,
-                        payload_json=json_text(event.payload),
-                    )
-                    for event in events
-                ],
-            )
-        )
-        return list(response.seqs)
+        return await self._events.append_once(workflow_id, tenant_id, events, name="approvals")
 
     async def decisions(
         self, workflow_id: str, tenant_id: str, from_seq: int
     ) -> AsyncIterator[str]:
-        stream = self._stub.Stream(
-            events_pb2.StreamRequest(
-                workflow_id=workflow_id,
-                tenant_id=tenant_id,
-                from_seq=from_seq,
-                types=[type_value("APPROVAL_DECISION")],
-            )
+        batches = self._events.follow(
+            workflow_id, tenant_id, from_seq, types=("APPROVAL_DECISION",)
         )
         try:
-            async for event in stream:
-                if type_name(event.type) != "APPROVAL_DECISION":
-                    continue  # STREAM_END, always delivered
-                payload = json.loads(event.payload_json or "{}")
-                approval_id = payload.get("approval_id")
-                if isinstance(approval_id, str):
-                    yield approval_id
+            async for batch in batches:
+                for event in batch:
+                    if type_name(event.type) != "APPROVAL_DECISION":
+                        continue  # STREAM_END, always delivered
+                    payload = json.loads(event.payload_json or "{}")
+                    approval_id = payload.get("approval_id")
+                    if isinstance(approval_id, str):
+                        yield approval_id
         finally:
-            stream.cancel()
+            await batches.aclose()

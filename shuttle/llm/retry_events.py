@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from shuttle.llm.protocol import RecoveryNotice, RetryNotice
-
-LogEntry = tuple[str, str, dict[str, Any]]
-"""(event type, message, payload)."""
+from shuttle.workflow_log import EventDraft
 
 
-def retry_entry(notice: RetryNotice) -> LogEntry:
+def retry_event(notice: RetryNotice, agent_id: str) -> EventDraft:
     """ERROR_OCCURRED, recoverable: the call failed and will be tried again."""
     payload = {
         "error_type": notice.error_type,
@@ -23,10 +21,10 @@ def retry_entry(notice: RetryNotice) -> LogEntry:
         "delay_ms": int(notice.delay_seconds * 1000),
         "model": notice.model,
     }
-    return "ERROR_OCCURRED", notice.message[:200], payload
+    return EventDraft("ERROR_OCCURRED", notice.message[:200], payload, agent_id)
 
 
-def recovery_entry(notice: RecoveryNotice) -> LogEntry:
+def recovery_event(notice: RecoveryNotice, agent_id: str) -> EventDraft:
     """ERROR_RECOVERY: how the retried attempt went."""
     payload = {
         "error_type": notice.error_type,
@@ -37,4 +35,20 @@ def recovery_entry(notice: RecoveryNotice) -> LogEntry:
         "model": notice.model,
     }
     outcome = "succeeded" if notice.success else "failed"
-    return "ERROR_RECOVERY", f"LLM retry {notice.attempt}/{notice.max_attempts} {outcome}", payload
+    message = f"LLM retry {notice.attempt}/{notice.max_attempts} {outcome}"
+    return EventDraft("ERROR_RECOVERY", message, payload, agent_id)
+
+
+class RetryReporter:
+    """The RetryObserver of one agent's model calls: each retry and its outcome go to the
+    workflow's log through `emit`."""
+
+    def __init__(self, emit: Callable[[EventDraft], Awaitable[None]], agent_id: str) -> None:
+        self._emit = emit
+        self._agent_id = agent_id
+
+    async def on_retry(self, notice: RetryNotice) -> None:
+        await self._emit(retry_event(notice, self._agent_id))
+
+    async def on_recovery(self, notice: RecoveryNotice) -> None:
+        await self._emit(recovery_event(notice, self._agent_id))

@@ -14,32 +14,25 @@ import grpc
 import pytest
 
 from services.events.__main__ import build as build_events
-from services.executor.append_stream import AppendStream
+from services.executor.adapters.events import GrpcWorkflowRegistry
+from services.executor.adapters.planner import PlannerClient
+from services.executor.adapters.tools import ToolClient
 from services.executor.dag.steps import StepLimits
 from services.executor.dag.team import TeamSettings
 from services.executor.engine.settings import AgentSettings
 from services.executor.grpc_api import ExecutorServicer
-from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
-from services.executor.grpc_log import GrpcCommandSource
-from services.executor.grpc_planner import GrpcDagPlanner, GrpcToolSelector
 from services.executor.lease import Leasing
-from services.executor.ports import ToolSelector
-from services.executor.runs import EmitterSettings, RunManager, RunRequest
+from services.executor.ports import RunRequest, ToolSelector
+from services.executor.runs import EmitterSettings, RunManager
 from services.planner.__main__ import build as build_planner
 from services.tools.__main__ import build as build_tools
 from shuttle.envelope import type_name
+from shuttle.events_client import EventsClient
 from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import GrpcService
 from shuttle.llm.protocol import LLM
 from shuttle.settings import Settings
-from shuttle.v1 import (
-    events_pb2,
-    events_pb2_grpc,
-    executor_pb2,
-    executor_pb2_grpc,
-    planner_pb2_grpc,
-    tools_pb2_grpc,
-)
+from shuttle.v1 import events_pb2, events_pb2_grpc, executor_pb2, executor_pb2_grpc
 from tests.support.holding_model import HoldingModel
 from tests.support.scripted_openai import ScriptedOpenAI
 from tests.support.team_model import TeamModel, TimedScriptedOpenAI
@@ -76,12 +69,14 @@ async def read_log(
 @dataclass
 class Backends:
     events: events_pb2_grpc.EventServiceAsyncStub
-    tools: GrpcToolHost
-    planner: planner_pb2_grpc.PlannerServiceAsyncStub
+    """For the tests' own reading of the logs."""
+    client: EventsClient
+    """The events client the executor is built with."""
+    tools: ToolClient
+    planner: PlannerClient
     ports: dict[str, int]
     channels: list[grpc.aio.Channel]
     executors: list[GrpcService] = field(default_factory=list)
-    append_streams: list[AppendStream] = field(default_factory=list)
 
     def run_manager(
         self,
@@ -96,19 +91,18 @@ class Backends:
         **overrides: Any,
     ) -> RunManager:
         settings = replace(agent_defaults(), tool_timeout_seconds=10, **overrides)
-        appends = AppendStream(self.events)  # the runs' batches share one call, as deployed
-        self.append_streams.append(appends)
         return RunManager(
-            registry=GrpcWorkflowRegistry(self.events),
-            sinks=lambda wf, tenant: GrpcEventSink(
-                self.events, wf, tenant, appends, **(sink_options or {})
+            registry=GrpcWorkflowRegistry(self.client),
+            # The runs' batches share one AppendStream call, as deployed.
+            sinks=lambda wf, tenant: self.client.producer(
+                wf, tenant, name="run", shared_stream=True, **(sink_options or {})
             ),
             tools=self.tools,
             llm=llm,
             settings=settings,
-            commands=GrpcCommandSource(self.events),
-            selector=selector or GrpcToolSelector(self.planner),
-            planner=GrpcDagPlanner(self.planner),
+            commands=self.client,
+            selector=selector or self.planner,
+            planner=self.planner,
             team=team,
             step_limits=step_limits,
             leasing=leasing,
@@ -123,7 +117,7 @@ class Backends:
             name="executor",
             service_names=[executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"].full_name],
             register=lambda server: executor_pb2_grpc.add_ExecutorServiceServicer_to_server(
-                ExecutorServicer(runs, self.events), server
+                ExecutorServicer(runs, self.client), server
             ),
         )
         port = await service.start("127.0.0.1", 0)
@@ -198,8 +192,9 @@ async def start_backends(
     channels = [open_channel(f"127.0.0.1:{ports[name]}") for name in ("events", "tools", "planner")]
     backends = Backends(
         events=events_pb2_grpc.EventServiceStub(channels[0]),
-        tools=GrpcToolHost(tools_pb2_grpc.ToolServiceStub(channels[1]), timeout_seconds=10),
-        planner=planner_pb2_grpc.PlannerServiceStub(channels[2]),
+        client=EventsClient(channels[0]),
+        tools=ToolClient(channels[1], timeout_seconds=10),
+        planner=PlannerClient(channels[2]),
         ports=ports,
         channels=channels,
     )
@@ -222,8 +217,7 @@ async def running_backends(
     finally:
         for executor in started.executors:
             await executor.stop(0)
-        for appends in started.append_streams:
-            await appends.close()
+        await started.client.close()
         for channel in started.channels:
             await channel.close()
         for service in reversed(services):

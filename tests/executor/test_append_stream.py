@@ -7,24 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from services.executor.append_stream import AppendStream
-from services.executor.emitter import EventEmitter
-from services.executor.grpc_clients import GrpcEventSink, GrpcWorkflowRegistry
-from services.executor.ports import EventDraft
-from services.executor.runs import RunManager, RunRequest
+from services.events.__main__ import build as build_events
+from services.executor.log.emitter import EventEmitter
+from services.executor.ports import RunRequest
+from shuttle.events_client import EventsClient
 from shuttle.grpc_client import open_channel
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.metrics import APPEND_STREAMS, GRPC_SECONDS
 from shuttle.settings import Settings
-from shuttle.v1 import events_pb2, events_pb2_grpc
-from tests.executor.conftest import TENANT, Backends, agent_defaults, read_log, types_of
-from tests.executor.events_release import EventsRelease
+from shuttle.v1 import events_pb2_grpc
+from shuttle.workflow_log import EventDraft
+from tests.executor.conftest import TENANT, Backends, read_log, types_of
 from tests.executor.test_command_feed import gauge
 from tests.support.holding_model import until
 from tests.support.scripted_openai import ScriptedOpenAI, text
 
 RUNS = 3
-OLDER = frozenset({"AppendStream"})
 
 
 def unary_appends() -> float:
@@ -58,85 +56,46 @@ async def test_the_runs_of_a_process_append_over_one_call(
     await runs.shutdown(1)
 
 
-async def test_against_an_events_service_without_it_runs_append_call_by_call(
-    tmp_path: Path,
-    backends: Backends,
-    model: ScriptedOpenAI,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    older = EventsRelease(Settings(data_dir=tmp_path, database_url=""), omit=OLDER)
-    port = await older.start()
-    channel = open_channel(f"127.0.0.1:{port}")
-    events = events_pb2_grpc.EventServiceStub(channel)
-    appends = AppendStream(events)
-    model.script(*[text("Nothing to compute.") for _ in range(2 * RUNS)])
-    runs = RunManager(
-        registry=GrpcWorkflowRegistry(events),
-        sinks=lambda wf, tenant: GrpcEventSink(events, wf, tenant, appends),
-        tools=backends.tools,
-        llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
-        settings=agent_defaults(),
-    )
-    try:
-        with caplog.at_level(logging.WARNING, logger="services.executor.append_stream"):
-            started = [
-                await runs.start(RunRequest(query="Say hello", tenant_id=TENANT))
-                for _ in range(RUNS)
-            ]
-            for workflow_id in started:
-                events_seen = await read_log(events, workflow_id)
-                assert types_of(events_seen)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
-                assert [e["seq"] for e in events_seen] == list(range(1, len(events_seen) + 1))
-        # Asked once; every batch then went by Append, and the run never noticed.
-        assert older.calls["AppendStream"] == 1
-        assert older.calls["Append"] >= RUNS * 2
-        warnings = [r.message for r in caplog.records if "AppendStream" in r.message]
-        assert warnings == ["the events service has no AppendStream; appending call by call"]
-    finally:
-        await runs.shutdown(1)
-        await appends.close()
-        await channel.close()
-        await older.stop()
-
-
-async def test_after_an_outage_an_upgraded_events_service_gets_the_batches_over_the_stream(
+async def test_after_an_outage_the_batches_go_on_over_a_new_call(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = Settings(data_dir=tmp_path, database_url="")
-    older = EventsRelease(settings, omit=OLDER)
-    port = await older.start()
-    upgraded = EventsRelease(settings)
+    events_service = await build_events(settings)
+    port = await events_service.start("127.0.0.1", 0)
     channel = open_channel(f"127.0.0.1:{port}")
     events = events_pb2_grpc.EventServiceStub(channel)
-    appends = AppendStream(events)
+    client = EventsClient(channel)
+    streams, appends = gauge(APPEND_STREAMS), unary_appends()
     try:
-        created = await events.CreateWorkflow(
-            events_pb2.CreateWorkflowRequest(tenant_id=TENANT, query="q")
-        )
-        emitter = EventEmitter(GrpcEventSink(events, created.workflow_id, TENANT, appends))
+        workflow_id = await client.create_workflow(TENANT, query="q")
+        producer = client.producer(workflow_id, TENANT, name="run", shared_stream=True)
+        emitter = EventEmitter(producer)
         await emitter.emit(EventDraft("PROGRESS", "before"))
         await emitter.flush()
-        assert (older.calls["AppendStream"], older.calls["Append"]) == (1, 1)
+        assert gauge(APPEND_STREAMS) == streams + 1
 
-        await older.stop()
-        with caplog.at_level(logging.WARNING, logger="services.executor.emitter"):
-            await emitter.emit(EventDraft("PROGRESS", "during the upgrade"))
+        await events_service.stop(0)
+        with caplog.at_level(logging.WARNING, logger="shuttle.events_client.producer"):
+            await emitter.emit(EventDraft("PROGRESS", "during the outage"))
             await until(
                 lambda: any("resending" in r.message for r in caplog.records),
                 "the batch meets the outage",
             )
-        await upgraded.start(port)
+        events_service = await build_events(settings)
+        await events_service.start("127.0.0.1", port)
         await emitter.flush()
-        assert upgraded.calls["Append"] == 0 and upgraded.calls["AppendStream"] == 2  # ask, call
         await emitter.emit(EventDraft("STREAM_END", "end"))
         await emitter.flush()
-        logged = await read_log(events, created.workflow_id)
+        logged = await read_log(events, workflow_id)
         assert [(e["seq"], e["message"]) for e in logged] == [
             (1, "before"),
-            (2, "during the upgrade"),
+            (2, "during the outage"),
             (3, "end"),
         ]
+        # Every batch went over the stream (a new call after the outage), none call by call.
+        assert unary_appends() == appends
+        assert producer.batches == 3
     finally:
-        await appends.close()
+        await client.close()
         await channel.close()
-        await upgraded.stop()
+        await events_service.stop(0)

@@ -7,14 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from services.events.__main__ import build as build_events
-from services.executor.follower import CommandFeed, LogCommand, RunReceiver
-from services.executor.grpc_log import GrpcCommandSource, GrpcWorkflowLog
-from services.executor.runs import RunRequest
+from services.executor.adapters.events import GrpcWorkflowLog
+from services.executor.commands.feed import CommandFeed, RunReceiver
+from services.executor.ports import RunRequest
+from shuttle.events_client import EventsClient
 from shuttle.grpc_client import open_channel
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.metrics import COMMAND_FEEDS, COMMAND_WATCHES
 from shuttle.settings import Settings
 from shuttle.v1 import events_pb2, events_pb2_grpc
+from shuttle.workflow_log import LogCommand
 from tests.executor.conftest import TENANT, Backends, first, types_of
 from tests.support.holding_model import HoldingModel, until
 
@@ -36,7 +38,7 @@ async def test_runs_share_one_stream_and_a_command_from_another_replica_reaches_
     assert gauge(COMMAND_FEEDS) == feeds + 1
 
     # What ExecutorService.Interrupt on another replica appends.
-    await GrpcWorkflowLog(backends.events).append(
+    await GrpcWorkflowLog(backends.client).append(
         target, TENANT, "MESSAGE_RECEIVED", "Message from user", {"from": "user", "content": "Stop"}
     )
     events = await backends.read_log(target)
@@ -71,8 +73,9 @@ async def test_a_command_after_an_events_restart_arrives_exactly_once(tmp_path: 
     port = await events_service.start("127.0.0.1", 0)
     channel = open_channel(f"127.0.0.1:{port}")
     stub = events_pb2_grpc.EventServiceStub(channel)
-    workflow_log = GrpcWorkflowLog(stub)
-    feed = CommandFeed(GrpcCommandSource(stub))
+    client = EventsClient(channel)
+    workflow_log = GrpcWorkflowLog(client)
+    feed = CommandFeed(client)
     try:
         ids = []
         for _ in range(2):

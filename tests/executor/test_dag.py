@@ -11,7 +11,7 @@ import pytest
 
 from services.executor.dag.plan import ScheduleError, Step, check_schedule
 from services.executor.dag.steps import StepLimits
-from services.executor.runs import RunRequest
+from services.executor.ports import RunRequest
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import common_pb2, events_pb2, executor_pb2
 from tests.executor.conftest import TENANT, Backends, first, of_type, types_of

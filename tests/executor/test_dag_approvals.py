@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from services.executor.runs import RunRequest
+from services.executor.ports import RunRequest
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 from tests.executor.conftest import TENANT, Backends, first, of_type, running_backends, types_of

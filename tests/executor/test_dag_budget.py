@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.executor.runs import RunRequest
+from services.executor.ports import RunRequest
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import common_pb2
 from tests.executor.conftest import TENANT, Backends, first, of_type, types_of

@@ -11,21 +11,18 @@ from pathlib import Path
 import pytest
 
 from services.events.__main__ import build as build_events
-from services.executor.emitter import EmitterFailed, EventEmitter
-from services.executor.grpc_clients import (
-    AppendRefused,
-    GrpcEventSink,
-    GrpcToolHost,
-    GrpcWorkflowRegistry,
-)
-from services.executor.grpc_log import GrpcCommandSource
-from services.executor.ports import EventDraft, LogClosed, SinkUnavailable
-from services.executor.runs import EmitterSettings, RunManager, RunRequest
+from services.executor.adapters.events import GrpcWorkflowRegistry
+from services.executor.adapters.tools import ToolClient
+from services.executor.log.emitter import EmitterFailed, EventEmitter
+from services.executor.ports import RunRequest
+from services.executor.runs import EmitterSettings, RunManager
 from services.tools.__main__ import build as build_tools
+from shuttle.events_client import EventsClient
 from shuttle.grpc_client import open_channel
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.settings import Settings
-from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc, tools_pb2_grpc
+from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
+from shuttle.workflow_log import AppendRefused, EventDraft, LogClosed, LogUnavailable
 from tests.executor.conftest import (
     EVENT_WAIT_SECONDS,
     TENANT,
@@ -47,7 +44,7 @@ async def new_workflow(backends: Backends) -> str:
 
 async def test_many_events_land_in_order_in_few_batches(backends: Backends) -> None:
     workflow_id = await new_workflow(backends)
-    sink = GrpcEventSink(backends.events, workflow_id, TENANT)
+    sink = backends.client.producer(workflow_id, TENANT, name="run")
     emitter = EventEmitter(sink, batch_max=50)
     for i in range(500):
         await emitter.emit(EventDraft("PROGRESS", f"step {i}", {"i": i}))
@@ -61,7 +58,7 @@ async def test_many_events_land_in_order_in_few_batches(backends: Backends) -> N
     assert [as_dict(e)["payload"]["i"] for e in events] == list(range(500))
     assert [e.seq for e in events] == list(range(1, 501))
     assert emitter.last_seq == 500
-    assert 10 <= emitter._batch_seq < 500  # grouped, never larger than batch_max
+    assert 10 <= sink.batches < 500  # grouped, never larger than batch_max
 
 
 async def log_of(backends: Backends, workflow_id: str) -> list[common_pb2.Event]:
@@ -71,14 +68,15 @@ async def log_of(backends: Backends, workflow_id: str) -> list[common_pb2.Event]
 
 async def test_events_emitted_within_the_linger_share_one_append(backends: Backends) -> None:
     workflow_id = await new_workflow(backends)
-    emitter = EventEmitter(GrpcEventSink(backends.events, workflow_id, TENANT), linger_seconds=2.0)
+    sink = backends.client.producer(workflow_id, TENANT, name="run")
+    emitter = EventEmitter(sink, linger_seconds=2.0)
     for i in range(3):
         await emitter.emit(EventDraft("PROGRESS", f"step {i}", {"i": i}))
         await asyncio.sleep(0.02)  # time enough for an append of its own without the linger
     assert await log_of(backends, workflow_id) == []  # nothing leaves before the linger is over
 
     await asyncio.wait_for(_until_logged(backends, workflow_id, 3), EVENT_WAIT_SECONDS)
-    assert emitter._batch_seq == 1
+    assert sink.batches == 1
     await emitter.close()
 
 
@@ -94,7 +92,7 @@ async def _until_logged(backends: Backends, workflow_id: str, count: int) -> Non
 
 async def test_a_flush_or_a_full_batch_does_not_wait_for_the_linger(backends: Backends) -> None:
     workflow_id = await new_workflow(backends)
-    sink = GrpcEventSink(backends.events, workflow_id, TENANT)
+    sink = backends.client.producer(workflow_id, TENANT, name="run")
     emitter = EventEmitter(sink, batch_max=2, linger_seconds=3600)
     await emitter.emit(EventDraft("PROGRESS", "flushed", {}))
     await asyncio.wait_for(emitter.flush(), EVENT_WAIT_SECONDS)
@@ -103,7 +101,7 @@ async def test_a_flush_or_a_full_batch_does_not_wait_for_the_linger(backends: Ba
     await emitter.emit(EventDraft("PROGRESS", "first of a full batch", {}))
     await emitter.emit(EventDraft("PROGRESS", "second of a full batch", {}))
     await asyncio.wait_for(_until_logged(backends, workflow_id, 3), EVENT_WAIT_SECONDS)
-    assert emitter._batch_seq == 2
+    assert sink.batches == 2
     await asyncio.wait_for(emitter.close(), EVENT_WAIT_SECONDS)
 
 
@@ -111,7 +109,7 @@ async def test_events_queued_while_an_append_is_in_flight_linger_from_the_oldest
     backends: Backends,
 ) -> None:
     workflow_id = await new_workflow(backends)
-    sink = GrpcEventSink(backends.events, workflow_id, TENANT)
+    sink = backends.client.producer(workflow_id, TENANT, name="run")
     emitter = EventEmitter(sink, linger_seconds=1.0)
     await emitter.emit(EventDraft("PROGRESS", "first", {}))
     await asyncio.wait_for(_until_logged(backends, workflow_id, 1), EVENT_WAIT_SECONDS)
@@ -119,7 +117,7 @@ async def test_events_queued_while_an_append_is_in_flight_linger_from_the_oldest
     await asyncio.sleep(0.1)
     await emitter.emit(EventDraft("PROGRESS", "third", {}))
     await asyncio.wait_for(_until_logged(backends, workflow_id, 3), EVENT_WAIT_SECONDS)
-    assert emitter._batch_seq == 2  # the second and third went together
+    assert sink.batches == 2  # the second and third went together
     await emitter.close()
 
 
@@ -145,7 +143,7 @@ async def test_an_event_holding_a_lone_surrogate_is_stored_with_its_batch(
     backends: Backends,
 ) -> None:
     workflow_id = await new_workflow(backends)
-    emitter = EventEmitter(GrpcEventSink(backends.events, workflow_id, TENANT))
+    emitter = EventEmitter(backends.client.producer(workflow_id, TENANT, name="run"))
     await emitter.emit(EventDraft("PROGRESS", "before", {}))
     await emitter.emit(EventDraft("PROGRESS", "file \udce9", {"name": "caf\udce9"}, "a\ud800"))
     await emitter.emit(EventDraft("PROGRESS", "after", {}))
@@ -165,7 +163,8 @@ async def test_large_events_queued_together_go_in_as_many_appends_as_the_log_nee
     backends: Backends,
 ) -> None:
     workflow_id = await new_workflow(backends)
-    emitter = EventEmitter(GrpcEventSink(backends.events, workflow_id, TENANT))
+    sink = backends.client.producer(workflow_id, TENANT, name="run")
+    emitter = EventEmitter(sink)
     # Queued before the first append leaves: 6 MiB, over the log's 4 MiB per append.
     for i in range(6):
         await emitter.emit(EventDraft("PROGRESS", f"part {i}", {"i": i, "text": "x" * 1_000_000}))
@@ -179,19 +178,19 @@ async def test_large_events_queued_together_go_in_as_many_appends_as_the_log_nee
     ).events
     assert [as_dict(e)["payload"]["i"] for e in events] == list(range(7))
     assert [e.seq for e in events] == list(range(1, 8))
-    assert emitter._batch_seq >= 2  # split, and nothing sent twice
+    assert sink.batches >= 2  # split, and nothing sent twice
 
 
 async def test_a_log_closed_by_someone_else_accepts_our_stream_end_only(
     backends: Backends,
 ) -> None:
     workflow_id = await new_workflow(backends)
-    other = EventEmitter(GrpcEventSink(backends.events, workflow_id, TENANT))
+    other = EventEmitter(backends.client.producer(workflow_id, TENANT, name="run"))
     await other.emit(EventDraft("WORKFLOW_COMPLETED", "done", {"result": "x"}))
     await other.emit(EventDraft("STREAM_END", "end"))
     await other.close()
 
-    ours = EventEmitter(GrpcEventSink(backends.events, workflow_id, TENANT))
+    ours = EventEmitter(backends.client.producer(workflow_id, TENANT, name="run"))
     await ours.emit(EventDraft("STREAM_END", "end"))
     await ours.flush()  # tolerated: the log already ended
     await ours.emit(EventDraft("PROGRESS", "late"))
@@ -226,6 +225,7 @@ async def test_a_run_survives_an_events_service_restart_with_nothing_lost(
     events_channel = open_channel(f"127.0.0.1:{events_port}")
     tools_channel = open_channel(f"127.0.0.1:{tools_port}")
     events = events_pb2_grpc.EventServiceStub(events_channel)
+    client = EventsClient(events_channel)
     reached, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -237,12 +237,12 @@ async def test_a_run_survives_an_events_service_restart_with_nothing_lost(
     script = AgentModel(calc("2*2"), held, answer("4 and 9"), synthesis="4 and 9.")
     model = ScriptedOpenAI(handler=script).start()
     runs = RunManager(
-        registry=GrpcWorkflowRegistry(events),
-        sinks=lambda wf, tenant: GrpcEventSink(events, wf, tenant),
-        tools=GrpcToolHost(tools_pb2_grpc.ToolServiceStub(tools_channel), 10),
+        registry=GrpcWorkflowRegistry(client),
+        sinks=lambda wf, tenant: client.producer(wf, tenant, name="run"),
+        tools=ToolClient(tools_channel, 10),
         llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
         settings=agent_defaults(),
-        commands=GrpcCommandSource(events),
+        commands=client,
     )
     try:
         workflow_id = await runs.start(RunRequest(query="2*2 and 3*3", tenant_id=TENANT))
@@ -283,6 +283,6 @@ async def test_a_run_survives_an_events_service_restart_with_nothing_lost(
 
 def test_only_a_refusal_by_an_open_log_leaves_room_for_last_words() -> None:
     # An outage may last; a log someone else ended takes nothing more.
-    assert EmitterFailed(AppendRefused("INVALID_ARGUMENT: batch is too big")).refused
-    assert not EmitterFailed(SinkUnavailable("UNAVAILABLE")).refused
+    assert EmitterFailed(AppendRefused("INVALID_ARGUMENT", "batch is too big")).refused
+    assert not EmitterFailed(LogUnavailable("UNAVAILABLE")).refused
     assert not EmitterFailed(LogClosed("ended at seq 9")).refused

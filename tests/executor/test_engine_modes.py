@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
+from services.executor.adapters.planner import PlannerClient
 from services.executor.engine.json_actions import REFORMAT_PROMPT, observation_message
 from services.executor.engine.modes import JsonMode, Mode, NativeMode
 from services.executor.engine.tokens import estimate_messages
-from services.executor.grpc_planner import GrpcToolSelector
 from services.executor.policies.checklist import CHECKLIST_PROMPT
 from services.executor.policies.context_guard import SUMMARY_PREFIX
 from services.executor.policies.reflection import REFLECTION_PROMPT
 from services.executor.runs import RunManager
 from shuttle.grpc_client import open_channel
 from shuttle.llm.openai_model import OpenAIModel
-from shuttle.v1 import common_pb2, planner_pb2_grpc
+from shuttle.v1 import common_pb2
 from tests.executor.conftest import TENANT, Backends, agent_defaults, first, of_type, types_of
 from tests.support.agent_model import AgentModel, Step, answer, calc, call, raw
 from tests.support.scripted_openai import ScriptedOpenAI
@@ -355,7 +355,7 @@ async def test_a_failed_selection_keeps_every_tool(
     (closed_port,) = free_ports(1)
     channel = open_channel(f"127.0.0.1:{closed_port}")
     backends.channels.append(channel)
-    unreachable = GrpcToolSelector(planner_pb2_grpc.PlannerServiceStub(channel))
+    unreachable = PlannerClient(channel)
     names = [t.name for t in await backends.tools.list_tools(TENANT)]
     script = AgentModel(calc("1+2"), answer("3"))
     server.set_handler(script)

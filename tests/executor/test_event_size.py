@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from services.executor.event_size import (
+from shuttle.events_client.sizes import (
     BATCH_MAX_BYTES,
     EVENT_MAX_BYTES,
     MESSAGE_MAX_CHARS,
     encode,
     first_batch,
 )
-from services.executor.ports import EventDraft
+from shuttle.workflow_log import EventDraft
 
 
 def test_an_event_that_fits_is_encoded_as_it_is() -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from services.executor.commands import (
+from services.executor.commands.desk import (
     ControlAction,
     ControlState,
     InvalidTransition,
@@ -18,7 +18,6 @@ from services.executor.engine.json_actions import extract_json_object, parse_act
 from services.executor.engine.observations import model_observation
 from services.executor.engine.synthesis import ToolStep, budget_answer
 from services.executor.engine.tokens import estimate_entries, estimate_messages, estimate_tools
-from services.executor.follower import LogCommand
 from services.executor.policies.budget import BudgetCheck, TokenBudget
 from services.executor.policies.checklist import CompletionChecklist
 from services.executor.policies.context_guard import ContextGuard, Situation
@@ -28,6 +27,7 @@ from services.executor.policies.interrupts import InterruptInbox
 from services.executor.policies.reflection import SelfReflection
 from services.executor.ports import Artifact, ToolOutcome
 from shuttle.llm.demo import DemoModel
+from shuttle.workflow_log import LogCommand
 from tests.executor.conftest import agent_defaults
 
 DEFAULTS = agent_defaults()

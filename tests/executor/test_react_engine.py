@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from services.executor.engine.synthesis import SYNTHESIZER_PROMPT
-from services.executor.event_size import EVENT_MAX_BYTES
+from shuttle.events_client.sizes import EVENT_MAX_BYTES
 from shuttle.llm.demo import DemoModel
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import common_pb2

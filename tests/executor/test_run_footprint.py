@@ -10,13 +10,12 @@ import weakref
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
-from services.executor.emitter import EventEmitter
-from services.executor.grpc_clients import GrpcEventSink
-from services.executor.ports import EventDraft
-from services.executor.runs import RunRequest
+from services.executor.log.emitter import EventEmitter
+from services.executor.ports import RunRequest
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.telemetry import background_context
 from shuttle.v1 import events_pb2
+from shuttle.workflow_log import EventDraft
 from tests.executor.conftest import TENANT, Backends, as_dict, types_of
 from tests.executor.test_control import gated_script
 from tests.support.scripted_openai import ScriptedOpenAI
@@ -75,7 +74,7 @@ async def test_an_idle_emitter_holds_no_sender_and_later_bursts_go_on_in_order(
     created = await backends.events.CreateWorkflow(
         events_pb2.CreateWorkflowRequest(tenant_id=TENANT, query="idle emitter")
     )
-    emitter = EventEmitter(GrpcEventSink(backends.events, created.workflow_id, TENANT))
+    emitter = EventEmitter(backends.client.producer(created.workflow_id, TENANT, name="run"))
 
     for burst in range(3):
         for i in range(5):

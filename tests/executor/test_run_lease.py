@@ -10,12 +10,14 @@ from typing import Any
 
 import grpc
 
-from services.executor.grpc_clients import GrpcRunLeases
+from services.executor.adapters.events import GrpcRunLeases
 from services.executor.lease import Leasing
-from services.executor.runs import RunManager, RunRequest
+from services.executor.ports import RunRequest
+from services.executor.runs import RunManager
 from shuttle.envelope import type_value
+from shuttle.events_client import EventsClient
 from shuttle.llm.openai_model import OpenAIModel
-from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
+from shuttle.v1 import common_pb2, events_pb2
 from tests.executor.conftest import TENANT, Backends, first, types_of
 from tests.executor.test_control import gated_script, held_at_work
 from tests.support.agent_model import AgentModel, answer, calc
@@ -37,7 +39,7 @@ async def eventually(
 def leased_runs(backends: Backends, server: ScriptedOpenAI) -> RunManager:
     # The model call outlasts the test's patience: only the lease can stop a held run.
     llm = OpenAIModel(server.base_url, "test-key", "scripted-model", 120.0, 0)
-    leasing = Leasing(GrpcRunLeases(backends.events), OWNER, LEASE_SECONDS)
+    leasing = Leasing(GrpcRunLeases(backends.client), OWNER, LEASE_SECONDS)
     return backends.run_manager(llm, completion_check=False, leasing=leasing)
 
 
@@ -145,7 +147,7 @@ async def test_a_run_does_not_wait_for_its_lease_to_be_granted(
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
         # The lease's first renewal is held for the whole run (a third of an hour-long lease).
-        leasing = Leasing(GrpcRunLeases(events_pb2_grpc.EventServiceStub(channel)), OWNER, 3600)
+        leasing = Leasing(GrpcRunLeases(EventsClient(channel)), OWNER, 3600)
         runs = backends.run_manager(llm, completion_check=False, leasing=leasing)
         async with asyncio.timeout(60):
             events = await backends.run_to_end(runs, "1+1")

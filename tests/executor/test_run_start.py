@@ -7,11 +7,19 @@ from collections.abc import Sequence
 
 import grpc
 
-from services.executor.grpc_clients import GrpcEventSink, GrpcToolHost, GrpcWorkflowRegistry
-from services.executor.ports import EventDraft, ToolDefinition, ToolInvocation, ToolOutcome
-from services.executor.runs import RunManager, RunRequest
+from services.executor.adapters.events import GrpcWorkflowRegistry
+from services.executor.adapters.tools import ToolClient
+from services.executor.ports import (
+    EventSink,
+    RunRequest,
+    ToolDefinition,
+    ToolInvocation,
+    ToolOutcome,
+    ToolPort,
+)
+from services.executor.runs import RunManager
 from shuttle.llm.openai_model import OpenAIModel
-from shuttle.v1 import tools_pb2_grpc
+from shuttle.workflow_log import EventDraft
 from tests.executor.conftest import (
     EVENT_WAIT_SECONDS,
     TENANT,
@@ -27,7 +35,7 @@ class ListingSeen:
     """The real tool host, noting when the catalog is first asked for; its listings answer
     once `release` is set (at once, unless the test clears it)."""
 
-    def __init__(self, inner: GrpcToolHost) -> None:
+    def __init__(self, inner: ToolPort) -> None:
         self._inner = inner
         self.listed = asyncio.Event()
         self.release = asyncio.Event()
@@ -62,8 +70,8 @@ async def test_the_catalog_is_listed_while_the_workflow_is_created(
     model.script(text("Nothing to compute."), text("Nothing to compute."))
     tools = ListingSeen(backends.tools)
     runs = RunManager(
-        registry=CreatedAfterListing(GrpcWorkflowRegistry(backends.events), tools),
-        sinks=lambda wf, tenant: GrpcEventSink(backends.events, wf, tenant),
+        registry=CreatedAfterListing(GrpcWorkflowRegistry(backends.client), tools),
+        sinks=lambda wf, tenant: backends.client.producer(wf, tenant, name="run"),
         tools=tools,
         llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
         settings=agent_defaults(),
@@ -81,13 +89,13 @@ async def test_the_catalog_is_listed_while_the_workflow_is_created(
 class BatchesSeen:
     """The real sink, noting which events each Append carried."""
 
-    def __init__(self, inner: GrpcEventSink) -> None:
+    def __init__(self, inner: EventSink) -> None:
         self._inner = inner
         self.batches: list[list[str]] = []
 
-    async def append(self, drafts: Sequence[EventDraft], batch_seq: int) -> Sequence[int]:
+    async def append(self, drafts: Sequence[EventDraft]) -> Sequence[int]:
         self.batches.append([d.type for d in drafts])
-        return await self._inner.append(drafts, batch_seq)
+        return await self._inner.append(drafts)
 
 
 async def test_the_run_opens_its_log_with_one_append(
@@ -97,11 +105,11 @@ async def test_the_run_opens_its_log_with_one_append(
     sinks: list[BatchesSeen] = []
 
     def sink(workflow_id: str, tenant_id: str) -> BatchesSeen:
-        sinks.append(BatchesSeen(GrpcEventSink(backends.events, workflow_id, tenant_id)))
+        sinks.append(BatchesSeen(backends.client.producer(workflow_id, tenant_id, name="run")))
         return sinks[-1]
 
     runs = RunManager(
-        registry=GrpcWorkflowRegistry(backends.events),
+        registry=GrpcWorkflowRegistry(backends.client),
         sinks=sink,
         tools=backends.tools,
         llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
@@ -122,9 +130,9 @@ async def test_a_catalog_that_cannot_be_listed_fails_the_run_as_before(
     unreachable = grpc.aio.insecure_channel("127.0.0.1:1")  # nothing listens there
     try:
         runs = RunManager(
-            registry=GrpcWorkflowRegistry(backends.events),
-            sinks=lambda wf, tenant: GrpcEventSink(backends.events, wf, tenant),
-            tools=GrpcToolHost(tools_pb2_grpc.ToolServiceStub(unreachable), 10),
+            registry=GrpcWorkflowRegistry(backends.client),
+            sinks=lambda wf, tenant: backends.client.producer(wf, tenant, name="run"),
+            tools=ToolClient(unreachable, 10),
             llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
             settings=agent_defaults(),
         )
@@ -145,8 +153,8 @@ async def test_a_hanging_catalog_does_not_hold_back_the_start_of_the_run(
     tools = ListingSeen(backends.tools)
     tools.release.clear()  # the catalog hangs
     runs = RunManager(
-        registry=GrpcWorkflowRegistry(backends.events),
-        sinks=lambda wf, tenant: GrpcEventSink(backends.events, wf, tenant),
+        registry=GrpcWorkflowRegistry(backends.client),
+        sinks=lambda wf, tenant: backends.client.producer(wf, tenant, name="run"),
         tools=tools,
         llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
         settings=agent_defaults(),

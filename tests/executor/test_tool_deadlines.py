@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from services.executor.grpc_clients import GrpcToolHost
+from services.executor.adapters.tools import ToolClient
 from services.executor.ports import ToolInvocation
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 from tests.executor.conftest import running_backends
@@ -35,9 +35,10 @@ async def test_a_gated_call_waits_for_its_approval_after_another_tenant_listed_t
         tool_hooks=HOOKS_GATING_CALCULATOR_FOR_ACME,
         tool_timeout_seconds=TOOL_TIMEOUT_SECONDS,
     ) as started:
-        tools = tools_pb2_grpc.ToolServiceStub(started.channels[1])
-        host = GrpcToolHost(
-            tools, timeout_seconds=TOOL_TIMEOUT_SECONDS, approval_timeout_seconds=60
+        host = ToolClient(
+            started.channels[1],
+            timeout_seconds=TOOL_TIMEOUT_SECONDS,
+            approval_timeout_seconds=60,
         )
         await host.list_tools(GATED_TENANT)
         await host.list_tools(OTHER_TENANT)  # the calculator is not gated for this one
@@ -61,7 +62,7 @@ async def test_a_gated_call_waits_for_its_approval_after_another_tenant_listed_t
         # Decide only once a deadline without the approval wait would have passed.
         await asyncio.sleep(UNGATED_DEADLINE_SECONDS + 1.5)
         assert not call.done(), call.result()
-        await tools.DecideApproval(
+        await tools_pb2_grpc.ToolServiceStub(started.channels[1]).DecideApproval(
             tools_pb2.DecideApprovalRequest(
                 approval_id=approval_id,
                 tenant_id=GATED_TENANT,

@@ -15,8 +15,8 @@ from prometheus_client import REGISTRY
 from gateway.fanout import RECENT_BYTES, Chunk, FanOut
 from gateway.stream import typed_frame
 from shuttle.envelope import type_name, type_value
+from shuttle.events_client.follow import UpstreamError
 from shuttle.grpc_client import tenant_metadata
-from shuttle.log_follow import UpstreamError
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 from tests.events.helpers import draft
 from tests.support.events_process import EventsProcess

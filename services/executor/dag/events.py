@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.executor.ports import EventDraft
-from services.executor.reporter import RunReporter
+from services.executor.log.reporter import RunReporter
 from shuttle.llm.protocol import TokenUsage
+from shuttle.workflow_log import EventDraft
 
 
 @dataclass(frozen=True)

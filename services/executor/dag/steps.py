@@ -12,17 +12,17 @@ from services.executor.dag.handoff import step_prompt
 from services.executor.dag.plan import Step
 from services.executor.dag.ports import ModelPicker
 from services.executor.dag.scheduler import StepOutcome
-from services.executor.emitter import EmitterFailed
 from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import RunContext
-from services.executor.llm_observer import RunRetryObserver
+from services.executor.log.emitter import EmitterFailed
+from services.executor.log.reporter import RunReporter
 from services.executor.policies.budget import TokenBudget
 from services.executor.policies.control import RunCancelled
 from services.executor.policies.interrupts import InterruptInbox
-from services.executor.ports import ToolHost, ToolSelector
-from services.executor.reporter import RunReporter
+from services.executor.ports import ToolPort, ToolSelector
 from shuttle.llm.protocol import LLM, ROLES, LLMError, TokenUsage
+from shuttle.llm.retry_events import RetryReporter
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class StepAgents:
         *,
         llm: LLM,
         models: ModelPicker | None,
-        tools: ToolHost,
+        tools: ToolPort,
         reporter: RunReporter,
         settings: AgentSettings,
         limits: StepLimits,
@@ -102,7 +102,7 @@ class StepAgents:
         settings = replace(self._settings, max_iterations=self._limits.max_iterations)
         inbox = self._inbox.branch()
         agent = ReActAgent(
-            self.model_for(step).with_observer(RunRetryObserver(self._reporter, step.id)),
+            self.model_for(step).with_observer(RetryReporter(self._reporter.emit, step.id)),
             self._tools,
             self._reporter,
             settings,

@@ -7,7 +7,7 @@ from typing import Any
 
 from services.executor.dag.handoff import cut
 from services.executor.dag.scheduler import StepOutcome
-from services.executor.reporter import RunReporter
+from services.executor.log.reporter import RunReporter
 from shuttle.llm.protocol import LLM, ChatResult, LLMError, TokenUsage
 
 SYNTHESIS_AGENT = "synthesizer"

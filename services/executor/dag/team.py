@@ -20,11 +20,11 @@ from services.executor.dag.synthesis import (
     team_synthesis_messages,
 )
 from services.executor.engine.state import RunContext
+from services.executor.log.reporter import RunReporter
 from services.executor.policies.budget import TokenBudget, spend
 from services.executor.policies.control import RunCancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolDefinition
-from services.executor.reporter import RunReporter
 from shuttle.llm.protocol import LLM, TokenUsage
 
 

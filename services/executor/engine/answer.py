@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from services.executor.engine.state import AgentResult, RunContext
 from services.executor.engine.synthesis import synthesis_messages
-from services.executor.reporter import RunReporter
+from services.executor.log.reporter import RunReporter
 from shuttle.llm.protocol import LLM, ChatResult, LLMError
 
 

@@ -18,6 +18,7 @@ from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import AgentResult, RunContext
 from services.executor.engine.synthesis import ToolStep, budget_answer, fallback_answer
 from services.executor.engine.tool_runner import ToolRunner
+from services.executor.log.reporter import RunReporter
 from services.executor.policies.budget import TokenBudget, spend
 from services.executor.policies.checklist import CompletionChecklist
 from services.executor.policies.context_guard import ContextGuard, Situation
@@ -25,8 +26,7 @@ from services.executor.policies.control import Checkpoints, RunControl
 from services.executor.policies.cycles import CycleDetector
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.policies.reflection import SelfReflection
-from services.executor.ports import ToolDefinition, ToolHost, ToolSelector
-from services.executor.reporter import RunReporter
+from services.executor.ports import ToolDefinition, ToolPort, ToolSelector
 from shuttle.llm.protocol import LLM, ChatResult, TokenUsage
 
 
@@ -37,7 +37,7 @@ class ReActAgent:
     def __init__(
         self,
         llm: LLM,
-        tools: ToolHost,
+        tools: ToolPort,
         reporter: RunReporter,
         settings: AgentSettings,
         *,
@@ -66,10 +66,19 @@ class ReActAgent:
         return self.settings.use_native_tools and self.llm.supports_tools
 
     async def run(
-        self, query: str, ctx: RunContext, *, role: str = "assistant", subtask: str = ""
+        self,
+        query: str,
+        ctx: RunContext,
+        *,
+        role: str = "assistant",
+        subtask: str = "",
+        catalog: Sequence[ToolDefinition] | None = None,
     ) -> AgentResult:
+        """`catalog` is the tools listed for the run already, if they were."""
         started = time.monotonic()
-        tools = list(await self.tools.list_tools(ctx.tenant_id))
+        if catalog is None:
+            catalog = await self.tools.list_tools(ctx.tenant_id)
+        tools = list(catalog)
         await self.reporter.agent_started(
             ctx.agent_id, role, subtask or query, [t.name for t in tools]
         )

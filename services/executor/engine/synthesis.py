@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from services.executor.engine.observations import model_observation
+from services.executor.log.reporter import clip
 from services.executor.ports import ToolOutcome
-from services.executor.reporter import clip
 from shuttle.llm.protocol import Message
 
 TRACE_RESULT_LIMIT = 2_000

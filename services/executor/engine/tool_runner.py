@@ -8,8 +8,8 @@ from collections.abc import Collection, Sequence
 
 from services.executor.engine.modes import ToolRequest
 from services.executor.engine.state import RunContext
-from services.executor.ports import ToolHost, ToolInvocation, ToolOutcome
-from services.executor.reporter import RunReporter
+from services.executor.log.reporter import RunReporter
+from services.executor.ports import ToolInvocation, ToolOutcome, ToolPort
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 class ToolRunner:
     def __init__(
         self,
-        tools: ToolHost,
+        tools: ToolPort,
         reporter: RunReporter,
         ctx: RunContext,
         offered: Collection[str],

@@ -1,9 +1,10 @@
 """The owning runs follow their logs for commands: control events and user interrupts.
 
-Any replica may append them (DESIGN §2); this is how the replica running a workflow sees
-them. One feed per process carries the commands of every run it owns: a stream per run
-held a gRPC call's memory for the whole run. A broken feed (an events service restart) is
-opened again and every run watched again from the seq after the last one it received.
+Any replica may append them, so that no command has to be routed to the replica running the
+workflow; this is how that replica sees them. One feed per process carries the commands of
+every run it owns: a stream per run would hold a gRPC call's memory for the whole run. A
+broken feed (an events service restart) is opened again and every run watched again from the
+seq after the last one it received.
 """
 
 from __future__ import annotations
@@ -11,13 +12,21 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
 
 from services.executor.policies.control import RunControl
 from services.executor.policies.interrupts import InterruptInbox
 from shuttle.envelope import CONTROL_EVENT_TYPES
+from shuttle.workflow_log import (
+    FeedItem,
+    LogCommand,
+    LogUnavailable,
+    Unwatch,
+    Watch,
+    WatchRequest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,48 +34,8 @@ RECONNECT_FIRST_SECONDS = 0.05
 RECONNECT_MAX_SECONDS = 1.0
 
 
-@dataclass(frozen=True)
-class LogCommand:
-    seq: int
-    type: str
-    payload: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Watch:
-    workflow_id: str
-    tenant_id: str
-    from_seq: int
-
-
-@dataclass(frozen=True)
-class Unwatch:
-    workflow_id: str
-
-
-WatchRequest = Watch | Unwatch
-
-
-@dataclass(frozen=True)
-class FeedItem:
-    """What one watch brought: commands in seq order, and/or the end of the watch."""
-
-    workflow_id: str
-    commands: tuple[LogCommand, ...] = ()
-    ended: bool = False
-    """The log reached STREAM_END."""
-    error: str = ""
-    """The watch failed and is over."""
-    retryable: bool = False
-    """The failure is the log being out of reach for now: watch again later."""
-
-
-class CommandSourceUnavailable(Exception):
-    """The log could not be read for now; the feed opens again."""
-
-
 class CommandSource(Protocol):
-    def follow(self, requests: AsyncIterator[WatchRequest]) -> AsyncIterator[FeedItem]:
+    def follow_commands(self, requests: AsyncIterator[WatchRequest]) -> AsyncIterator[FeedItem]:
         """One session: the command events of each watched workflow, live, until `requests`
         ends and every watch is over."""
         ...
@@ -143,13 +112,13 @@ class CommandFeed:
                 requests.put_nowait(Watch(workflow_id, watched.tenant_id, watched.next_seq))
             self._requests = requests
             try:
-                async for item in self._source.follow(_drain(requests)):
+                async for item in self._source.follow_commands(_drain(requests)):
                     delay = RECONNECT_FIRST_SECONDS
                     self._take(item)
                 if self._requests is None:
                     continue  # closed for being idle; a registration since opens it again
                 log.info("command feed ended by the events service, opening it again")
-            except CommandSourceUnavailable as exc:
+            except LogUnavailable as exc:
                 log.info("command feed interrupted, opening it again", extra={"error": str(exc)})
             except Exception:
                 log.exception("command feed failed, opening it again")

@@ -7,10 +7,9 @@ also waits until that long after its oldest event was queued (as a Kafka produce
 `linger.ms` does), so the events on either side of a fast tool call share one Append instead
 of the model call and the tool call each cutting them in two. Every Append costs the events
 service a commit and a wake-up of each of the log's readers, whatever it holds: at a
-zero-latency model a 5 ms linger took a quarter off its CPU per iteration, for at most that
-much latency; `flush` and a full batch send at once. Each batch carries the
-run's producer id and a batch number that grows by one; an outage is ridden out by resending
-the same batch, which the events service answers with the same seqs instead of a duplicate.
+zero-latency model a 5 ms linger takes a quarter off its CPU per iteration, for at most that
+much latency; `flush` and a full batch send at once. The sink is the run's producer, which
+numbers the batches and resends one through an outage (shuttle/events_client/producer.py).
 The sender runs only while there is something to send, so a run waiting on its model holds
 no sender task.
 """
@@ -19,15 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import time
 
-from services.executor.ports import EventDraft, EventSink, LogClosed, SinkUnavailable
+from services.executor.ports import EventSink
+from shuttle.workflow_log import EventDraft, LogClosed, LogUnavailable
 
-log = logging.getLogger(__name__)
-
-BACKOFF_FIRST_SECONDS = 0.05
-BACKOFF_MAX_SECONDS = 1.0
 # How far the queue may run ahead of the events service before `emit` waits for it.
 BACKLOG_BATCHES = 4
 
@@ -42,7 +36,7 @@ class EmitterFailed(Exception):
     @property
     def refused(self) -> bool:
         """The events service refused a batch of an open log: another may still be taken."""
-        return not isinstance(self.cause, SinkUnavailable | LogClosed)
+        return not isinstance(self.cause, LogUnavailable | LogClosed)
 
 
 class EventEmitter:
@@ -51,12 +45,10 @@ class EventEmitter:
         sink: EventSink,
         *,
         batch_max: int = 256,
-        retry_seconds: float = 30.0,
         linger_seconds: float = 0.0,
     ) -> None:
         self._sink = sink
         self._batch_max = batch_max
-        self._retry_seconds = retry_seconds
         self._linger_seconds = linger_seconds
         self._queue: list[EventDraft] = []
         self._oldest_queued_at = 0.0
@@ -65,7 +57,6 @@ class EventEmitter:
         self._flushes = 0
         self._sender: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
-        self._batch_seq = 0
         self.last_seq = 0
         """The highest seq the events service has given one of this run's events."""
 
@@ -105,16 +96,11 @@ class EventEmitter:
                 self._sender = None
 
     def successor(self) -> EventEmitter:
-        """An emitter that goes on after a refused batch: the same producer, later batch
+        """An emitter that goes on after a refused batch: the same producer, so later batch
         numbers (a refused batch was never stored, so nothing can be taken twice)."""
-        following = EventEmitter(
-            self._sink,
-            batch_max=self._batch_max,
-            retry_seconds=self._retry_seconds,
-            linger_seconds=self._linger_seconds,
+        return EventEmitter(
+            self._sink, batch_max=self._batch_max, linger_seconds=self._linger_seconds
         )
-        following._batch_seq = self._batch_seq
-        return following
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -129,9 +115,8 @@ class EventEmitter:
                 del self._queue[: self._batch_max]
                 # What stays queued was there before this batch went: it waits no more.
                 self._oldest_queued_at = float("-inf")
-                self._batch_seq += 1
                 try:
-                    seqs = await self._send(batch, self._batch_seq)
+                    seqs = await self._send(batch)
                 except Exception as exc:
                     self._failure = exc
                     self._queue.clear()
@@ -168,26 +153,14 @@ class EventEmitter:
         if self._lingering is not None:
             _finish(self._lingering)
 
-    async def _send(self, batch: list[EventDraft], batch_seq: int) -> list[int]:
-        deadline = time.monotonic() + self._retry_seconds
-        delay = BACKOFF_FIRST_SECONDS
-        while True:
-            try:
-                return list(await self._sink.append(batch, batch_seq))
-            except SinkUnavailable as exc:
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.warning(
-                    "events service unavailable, resending batch",
-                    extra={"batch_seq": batch_seq, "error": str(exc)},
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX_SECONDS)
-            except LogClosed:
-                # The events service may close a log itself after its terminal event.
-                if all(d.type == "STREAM_END" for d in batch):
-                    return []
-                raise
+    async def _send(self, batch: list[EventDraft]) -> list[int]:
+        try:
+            return list(await self._sink.append(batch))
+        except LogClosed:
+            # The events service may close a log itself after its terminal event.
+            if all(d.type == "STREAM_END" for d in batch):
+                return []
+            raise
 
 
 def _finish(future: asyncio.Future[None]) -> None:

@@ -1,4 +1,5 @@
-"""Turns engine signals into workflow events (the mapping table of DESIGN §3)."""
+"""Turns engine signals into workflow events: which signal is which event type, with which
+payload fields (each as the event catalogue names them)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.executor.emitter import EventEmitter
-from services.executor.ports import EventDraft, ToolOutcome
-from shuttle.llm.protocol import ChatResult, RecoveryNotice, RetryNotice, TokenUsage
-from shuttle.llm.retry_events import recovery_entry, retry_entry
+from services.executor.log.emitter import EventEmitter
+from services.executor.ports import ToolOutcome
+from shuttle.llm.protocol import ChatResult, TokenUsage
+from shuttle.workflow_log import EventDraft
 
 
 def clip(text: str, limit: int) -> tuple[str, bool]:
@@ -117,14 +118,6 @@ class RunReporter:
         }
         self.ended = self.ended or fatal
         await self._emit("ERROR_OCCURRED", error_message[:200], payload, agent_id)
-
-    async def llm_retry(self, agent_id: str, notice: RetryNotice) -> None:
-        """A model call failed and will be tried again."""
-        await self._emit(*retry_entry(notice), agent_id)
-
-    async def llm_recovery(self, agent_id: str, notice: RecoveryNotice) -> None:
-        """How the retried model call went."""
-        await self._emit(*recovery_entry(notice), agent_id)
 
     async def stream_end(self) -> None:
         await self._emit("STREAM_END", "Stream ended", {})

@@ -6,15 +6,15 @@ from collections.abc import Sequence
 
 from opentelemetry.trace import Status, StatusCode
 
-from services.executor.ports import ToolDefinition, ToolHost, ToolInvocation, ToolOutcome
+from services.executor.ports import ToolDefinition, ToolInvocation, ToolOutcome, ToolPort
 from shuttle.metrics import TOOL_CALLS, TOOL_SECONDS
 from shuttle.telemetry import tracer
 
 
-class TracedToolHost:
-    """A ToolHost whose every call is an `execute_tool` span and a metric sample."""
+class TracedTools:
+    """A tool port whose every call is an `execute_tool` span and a metric sample."""
 
-    def __init__(self, inner: ToolHost) -> None:
+    def __init__(self, inner: ToolPort) -> None:
         self._inner = inner
 
     async def list_tools(self, tenant_id: str) -> Sequence[ToolDefinition]:

@@ -1,4 +1,4 @@
-"""Tool selection, DAG plans and plan analysis through PlannerService."""
+"""Routing, tool selection, DAG plans and plan analysis through PlannerService."""
 
 from __future__ import annotations
 
@@ -9,13 +9,16 @@ import grpc
 
 from services.executor.dag.plan import PlannedRound, Step
 from services.executor.dag.ports import Analysis, PlanningFailed, StepResult
-from services.executor.ports import ToolDefinition
+from services.executor.ports import MODES, Route, ToolDefinition
+from shuttle.grpc_client import tenant_metadata
 from shuttle.llm.protocol import TokenUsage
 from shuttle.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+ROUTE_TIMEOUT_SECONDS = 30.0
 SELECT_TIMEOUT_SECONDS = 30.0
+PLAN_TIMEOUT_SECONDS = 300.0
 # The planner sees ~80 characters per tool: a name and a one-line description, no schema.
 DESCRIPTION_CHARS = 80
 
@@ -30,9 +33,36 @@ def _summaries(tools: Sequence[ToolDefinition]) -> list[planner_pb2.ToolSummary]
     ]
 
 
-class GrpcToolSelector:
-    def __init__(self, stub: planner_pb2_grpc.PlannerServiceAsyncStub) -> None:
-        self._stub = stub
+def _usage(pb: common_pb2.Usage) -> TokenUsage:
+    return TokenUsage(
+        input_tokens=pb.input_tokens, output_tokens=pb.output_tokens, cost_usd=pb.cost_usd
+    )
+
+
+class PlannerClient:
+    """The planner as the router, the tool selector and the DAG planner: a planner that
+    cannot answer never fails a run where the run can do without it (STANDARD mode, every
+    tool offered, the round's results standing)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._stub = planner_pb2_grpc.PlannerServiceStub(channel)
+
+    async def route(
+        self, workflow_id: str, query: str, requested_mode: str, tenant_id: str = ""
+    ) -> Route:
+        if requested_mode in MODES:
+            return Route(requested_mode, 0.0)
+        try:
+            reply = await self._stub.Route(
+                planner_pb2.RouteRequest(workflow_id=workflow_id, query=query),
+                timeout=ROUTE_TIMEOUT_SECONDS,
+                metadata=tenant_metadata(tenant_id),
+            )
+        except grpc.aio.AioRpcError as exc:
+            log.info("routing unavailable, using STANDARD: %s", exc.details())
+            return Route("STANDARD", 0.0)
+        mode = common_pb2.Mode.Name(reply.mode).removeprefix("MODE_")
+        return Route(mode if mode in MODES else "STANDARD", reply.estimated_complexity)
 
     async def select(
         self, workflow_id: str, query: str, tools: Sequence[ToolDefinition], max_tools: int
@@ -54,22 +84,6 @@ class GrpcToolSelector:
         if response.fell_back:
             return None
         return list(response.tool_names)
-
-
-PLAN_TIMEOUT_SECONDS = 300.0
-
-
-def _usage(pb: common_pb2.Usage) -> TokenUsage:
-    return TokenUsage(
-        input_tokens=pb.input_tokens, output_tokens=pb.output_tokens, cost_usd=pb.cost_usd
-    )
-
-
-class GrpcDagPlanner:
-    """PlannerService.Plan and AnalyzePlan for the DAG engine."""
-
-    def __init__(self, stub: planner_pb2_grpc.PlannerServiceAsyncStub) -> None:
-        self._stub = stub
 
     async def plan(
         self, workflow_id: str, query: str, tools: Sequence[ToolDefinition], context: str

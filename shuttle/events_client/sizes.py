@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, NamedTuple
 
-from services.executor.ports import EventDraft
 from shuttle.utf8 import ensure_utf8, json_text, utf8_size
+from shuttle.workflow_log import EventDraft
 
 EVENT_MAX_BYTES = 1024 * 1024
 """Message and payload of one event, encoded."""

@@ -1,0 +1,85 @@
+"""The executor's ports on the events service, through the shared events client.
+
+The client itself is the command feed's source (`follow_commands`) and each run's producer
+is its event sink; what is left here turns requests and answers into the ports' terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import grpc
+
+from services.executor.ports import EventSink, LeaseRefused, RunRequest
+from shuttle.events_client import EventsClient
+from shuttle.events_client.commands import log_command
+from shuttle.v1 import common_pb2
+from shuttle.workflow_log import EventDraft, LogCommand
+
+CONTROL_TYPES = ("WORKFLOW_PAUSING", "WORKFLOW_PAUSED", "WORKFLOW_RESUMED", "WORKFLOW_CANCELLING")
+
+
+def run_sink(client: EventsClient, workflow_id: str, tenant_id: str) -> EventSink:
+    """A run's producer: its batches share the process's AppendStream with every other run."""
+    return client.producer(workflow_id, tenant_id, name="run", shared_stream=True)
+
+
+class GrpcWorkflowRegistry:
+    def __init__(self, client: EventsClient) -> None:
+        self._client = client
+
+    async def create(self, request: RunRequest) -> str:
+        return await self._client.create_workflow(
+            request.tenant_id,
+            query=request.query,
+            owner=request.owner,
+            session_id=request.session_id,
+        )
+
+
+class GrpcRunLeases:
+    """Run leases through EventService.RenewLease."""
+
+    def __init__(self, client: EventsClient) -> None:
+        self._client = client
+
+    async def renew(self, workflow_id: str, tenant_id: str, owner: str, ttl_seconds: float) -> None:
+        try:
+            await self._client.renew_lease(workflow_id, tenant_id, owner, ttl_seconds)
+        except grpc.aio.AioRpcError as exc:
+            # Taken over or ended (FAILED_PRECONDITION), or deleted (NOT_FOUND): not ours.
+            if exc.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+                raise LeaseRefused(str(exc.details())) from exc
+            raise
+
+
+class GrpcWorkflowLog:
+    """What Control and Interrupt read and write (the command desk's WorkflowLog)."""
+
+    def __init__(self, client: EventsClient) -> None:
+        self._client = client
+
+    async def status(self, workflow_id: str, tenant_id: str) -> str:
+        workflow = await self._client.get_workflow(workflow_id, tenant_id)
+        return common_pb2.WorkflowStatus.Name(workflow.status).removeprefix("WORKFLOW_STATUS_")
+
+    async def control_events(self, workflow_id: str, tenant_id: str) -> Sequence[LogCommand]:
+        found: list[LogCommand] = []
+        from_seq = 1
+        while from_seq:
+            page = await self._client.list_events(
+                workflow_id, tenant_id, from_seq=from_seq, types=CONTROL_TYPES
+            )
+            found += [log_command(e) for e in page.events]
+            from_seq = int(page.next_seq)
+        return found
+
+    async def append(
+        self, workflow_id: str, tenant_id: str, type_: str, message: str, payload: Mapping[str, Any]
+    ) -> int:
+        # A command is its own producer, appended once: the caller hears of an outage at once
+        # and may send the command again.
+        draft = EventDraft(type_, message, payload)
+        (seq,) = await self._client.append_once(workflow_id, tenant_id, [draft], name="command")
+        return seq
