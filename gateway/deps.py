@@ -9,8 +9,8 @@ from fastapi import Depends, Request
 from gateway.backends import Backends
 from gateway.errors import ApiError
 from gateway.fanout import FanOut
-from gateway.session_store import SessionStore
-from gateway.task_index import TaskIndex
+from gateway.stores.sessions import SessionStore
+from gateway.stores.task_index import TaskIndex
 from shuttle.envelope import type_value
 from shuttle.v1 import common_pb2
 

@@ -9,8 +9,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from gateway.errors import ApiError
-from gateway.keys import KeyStore
 from gateway.ratelimit import RateLimiter
+from gateway.stores.keys import KeyStore
 from gateway.tickets import TicketError, TicketSigner
 from shuttle.settings import AuthMode, Settings
 
