@@ -22,9 +22,9 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from gateway.backends import Backends
 from gateway.deps import Clients, Index, Sessions
+from gateway.edge.tenancy import CallerDep
 from gateway.errors import ApiError, from_grpc_status
 from gateway.submit import TaskSpec, submit
-from gateway.tenancy import CallerDep
 from shuttle.envelope import type_name
 from shuttle.log_follow import UpstreamError, follow
 from shuttle.settings import Settings

@@ -19,12 +19,12 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from gateway.backends import Backends
 from gateway.deps import Clients, Fanout, parse_types
+from gateway.edge.tenancy import CallerDep, StreamCallerDep, tenant_for_workflow
+from gateway.edge.tickets import TicketSigner
 from gateway.errors import ApiError
 from gateway.fanout import Chunk, FanOut
 from gateway.fim_dialect import FimTranslator
 from gateway.tasks import ERRORS, require_workflow
-from gateway.tenancy import CallerDep, StreamCallerDep, tenant_for_workflow
-from gateway.tickets import TicketSigner
 from shuttle.envelope import to_json_dict, type_name
 from shuttle.log_follow import UpstreamError
 from shuttle.metrics import SSE_CONNECTIONS
