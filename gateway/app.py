@@ -15,7 +15,6 @@ from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.middleware.cors import CORSMiddleware
 
-from gateway import control, openai_compat, sessions, stream, tasks
 from gateway.backends import Backends
 from gateway.edge.body_limit import BodyLimit
 from gateway.edge.grpc_web import GrpcWebProxy
@@ -23,8 +22,9 @@ from gateway.edge.rate_limit import RateLimiter
 from gateway.edge.tickets import TicketSigner
 from gateway.errors import install_error_handlers
 from gateway.fanout import FanOut
-from gateway.json_response import Utf8JSONResponse
-from gateway.openapi import install_openapi
+from gateway.routes import control, openai_compat, sessions, stream, tasks
+from gateway.routes.json_response import Utf8JSONResponse
+from gateway.routes.openapi import install_openapi
 from gateway.stores.db import create_schema
 from gateway.stores.keys import KeyStore
 from gateway.stores.sessions import SessionStore

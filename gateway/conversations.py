@@ -11,8 +11,8 @@ from __future__ import annotations
 import grpc
 
 from gateway.backends import Backends, tenant_metadata
-from gateway.deps import status_name
 from gateway.errors import ApiError
+from gateway.routes.common import status_name
 from gateway.stores.sessions import RUNNING, Session, SessionStore, Turn, Usage
 from shuttle.v1 import events_pb2, tools_pb2
 

@@ -11,7 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gateway.errors import ApiError
-from gateway.stream import fim_frames, resume_point, typed_frames
+from gateway.routes.stream import fim_frames, resume_point, typed_frames
 from shuttle.envelope import stream_id, type_value
 from shuttle.v1 import common_pb2
 from tests.fuzz.profiles import fewer, fuzz

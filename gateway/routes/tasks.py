@@ -11,9 +11,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from gateway.backends import Backends, tenant_metadata
-from gateway.deps import Clients, Index, Sessions, parse_types, status_name
 from gateway.edge.tenancy import CallerDep
 from gateway.errors import ApiError
+from gateway.routes.common import Clients, Index, Sessions, parse_types, status_name
 from gateway.submit import TaskSpec, submit
 from shuttle.envelope import to_json_dict
 from shuttle.v1 import events_pb2

@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from gateway.backends import Backends
-from gateway.deps import Clients, Index, Sessions
 from gateway.edge.tenancy import CallerDep
 from gateway.errors import ApiError, from_grpc_status
+from gateway.routes.common import Clients, Index, Sessions
 from gateway.submit import TaskSpec, submit
 from shuttle.envelope import type_name
 from shuttle.log_follow import UpstreamError, follow

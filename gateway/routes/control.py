@@ -13,9 +13,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from gateway.backends import tenant_metadata
-from gateway.deps import Clients, status_name
 from gateway.edge.tenancy import CallerDep
-from gateway.tasks import ERRORS, require_workflow
+from gateway.routes.common import Clients, status_name
+from gateway.routes.tasks import ERRORS, require_workflow
 from shuttle.v1 import executor_pb2, tools_pb2
 
 router = APIRouter(prefix="/api/v1", tags=["control"])

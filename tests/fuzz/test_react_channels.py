@@ -16,7 +16,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gateway.fim_dialect import FimTranslator
+from gateway.routes.react_channels import FimTranslator
 from shuttle.envelope import EVENT_TYPE_NAMES
 from shuttle.grpc_client import tenant_metadata
 from shuttle.utf8 import json_text

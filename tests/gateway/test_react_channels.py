@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.fim_dialect import FimTranslator
+from gateway.routes.react_channels import FimTranslator
 from tests.gateway.conftest import AuthStack
 from tests.support.sse import read_stream
 
