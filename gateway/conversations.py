@@ -12,8 +12,8 @@ import grpc
 
 from gateway.backends import Backends, tenant_metadata
 from gateway.errors import ApiError
-from gateway.routes.common import status_name
 from gateway.stores.sessions import RUNNING, Session, SessionStore, Turn, Usage
+from gateway.workflow_status import status_name
 from shuttle.v1 import events_pb2, tools_pb2
 
 ENDED = {"completed", "failed", "cancelled"}

@@ -1,18 +1,32 @@
-"""Request dependencies shared by the route modules, and small request/reply conversions."""
+"""What every route family shares: its request dependencies (the backends, the SSE fan-out,
+the task index, the session store), the errors each route documents, the check that a
+workflow is the caller's before anything touches it, and the event-type filter a query
+names."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from gateway.backends import Backends
+from gateway.backends import Backends, tenant_metadata
 from gateway.errors import ApiError
 from gateway.fanout import FanOut
 from gateway.stores.sessions import SessionStore
 from gateway.stores.task_index import TaskIndex
 from shuttle.envelope import type_value
-from shuttle.v1 import common_pb2
+from shuttle.v1 import common_pb2, events_pb2
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"description": text}
+    for code, text in {
+        400: "invalid request",
+        401: "authentication required",
+        404: "no such workflow for this tenant",
+        413: "request body over SHUTTLE_GATEWAY_MAX_BODY_BYTES",
+        429: "rate limited (see Retry-After)",
+    }.items()
+}
 
 
 def backends_of(request: Request) -> Backends:
@@ -41,8 +55,17 @@ Index = Annotated[TaskIndex, Depends(task_index_of)]
 Sessions = Annotated[SessionStore, Depends(sessions_of)]
 
 
-def status_name(value: int) -> str:
-    return common_pb2.WorkflowStatus.Name(value).removeprefix("WORKFLOW_STATUS_").lower()  # type: ignore[arg-type]
+async def workflow_of(clients: Backends, tenant: str, workflow_id: str) -> events_pb2.Workflow:
+    """The workflow's record in the events service; NOT_FOUND (404) unless it is `tenant`'s."""
+    return await clients.events.GetWorkflow(
+        events_pb2.GetWorkflowRequest(workflow_id=workflow_id, tenant_id=tenant),
+        metadata=tenant_metadata(tenant),
+    )
+
+
+async def require_workflow(clients: Backends, tenant: str, workflow_id: str) -> None:
+    """404 unless `workflow_id` is this tenant's, before any command touches it."""
+    await workflow_of(clients, tenant, workflow_id)
 
 
 def parse_types(raw: str | None) -> list[common_pb2.EventType.ValueType]:

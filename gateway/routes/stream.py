@@ -22,9 +22,8 @@ from gateway.edge.tenancy import CallerDep, StreamCallerDep, tenant_for_workflow
 from gateway.edge.tickets import TicketSigner
 from gateway.errors import ApiError
 from gateway.fanout import Chunk, FanOut
-from gateway.routes.common import Clients, Fanout, parse_types
+from gateway.routes.common import ERRORS, Clients, Fanout, parse_types, require_workflow
 from gateway.routes.react_channels import FimTranslator
-from gateway.routes.tasks import ERRORS, require_workflow
 from shuttle.envelope import to_json_dict, type_name
 from shuttle.log_follow import UpstreamError
 from shuttle.metrics import SSE_CONNECTIONS
