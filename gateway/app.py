@@ -15,20 +15,20 @@ from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.middleware.cors import CORSMiddleware
 
-from gateway import control, openai_compat, sessions, stream, tasks
 from gateway.backends import Backends
-from gateway.body_limit import BodyLimit
-from gateway.db import create_schema
+from gateway.edge.body_limit import BodyLimit
+from gateway.edge.grpc_web import GrpcWebProxy
+from gateway.edge.rate_limit import RateLimiter
+from gateway.edge.tickets import TicketSigner
 from gateway.errors import install_error_handlers
 from gateway.fanout import FanOut
-from gateway.grpc_web import GrpcWebProxy
-from gateway.json_response import Utf8JSONResponse
-from gateway.keys import KeyStore
-from gateway.openapi import install_openapi
-from gateway.ratelimit import RateLimiter
-from gateway.session_store import SessionStore
-from gateway.task_index import TaskIndex
-from gateway.tickets import TicketSigner
+from gateway.routes import control, openai_compat, sessions, stream, tasks
+from gateway.routes.json_response import Utf8JSONResponse
+from gateway.routes.openapi import install_openapi
+from gateway.stores.db import create_schema
+from gateway.stores.keys import KeyStore
+from gateway.stores.sessions import SessionStore
+from gateway.stores.task_index import TaskIndex
 from shuttle.db import create_engine
 from shuttle.settings import Settings
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import grpc
 
 from gateway.backends import Backends, tenant_metadata
-from gateway.deps import status_name
 from gateway.errors import ApiError
-from gateway.session_store import RUNNING, Session, SessionStore, Turn, Usage
+from gateway.stores.sessions import RUNNING, Session, SessionStore, Turn, Usage
+from gateway.workflow_status import status_name
 from shuttle.v1 import events_pb2, tools_pb2
 
 ENDED = {"completed", "failed", "cancelled"}

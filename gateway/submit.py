@@ -8,8 +8,8 @@ from typing import Any
 from gateway.backends import Backends, tenant_metadata
 from gateway.conversations import settled_turns
 from gateway.errors import ApiError
-from gateway.session_store import SessionStore, history_of
-from gateway.task_index import KeyInFlightError, KeyReuseError, TaskIndex, request_hash
+from gateway.stores.sessions import SessionStore, history_of
+from gateway.stores.task_index import KeyInFlightError, KeyReuseError, TaskIndex, request_hash
 from shuttle.utf8 import json_text
 from shuttle.v1 import common_pb2, executor_pb2
 

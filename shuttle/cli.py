@@ -95,8 +95,8 @@ def up(settings: Settings) -> int:
 def create_key(settings: Settings, tenant: str, name: str) -> int:
     import asyncio
 
-    from gateway.db import create_schema
-    from gateway.keys import KeyStore
+    from gateway.stores.db import create_schema
+    from gateway.stores.keys import KeyStore
     from shuttle.db import create_engine
 
     async def create() -> str:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gateway.grpc_web_framing import (
+from gateway.edge.grpc_web_framing import (
     MESSAGE_FLAG,
     TRAILER_FLAG,
     Frame,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gateway.grpc_web_framing import MESSAGE_FLAG, TRAILER_FLAG, FrameDecoder, encode_frame
+from gateway.edge.grpc_web_framing import MESSAGE_FLAG, TRAILER_FLAG, FrameDecoder, encode_frame
 from shuttle.v1 import events_pb2
 from tests.fuzz.profiles import fewer
 from tests.gateway.conftest import AuthStack

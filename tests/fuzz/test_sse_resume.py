@@ -11,7 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gateway.errors import ApiError
-from gateway.stream import fim_frames, resume_point, typed_frames
+from gateway.routes.stream import react_channel_frames, resume_point, typed_frames
 from shuttle.envelope import stream_id, type_value
 from shuttle.v1 import common_pb2
 from tests.fuzz.profiles import fewer, fuzz
@@ -77,10 +77,10 @@ def _event(seq: int, type_name: str) -> common_pb2.Event:
 def test_every_id_the_gateway_emits_resumes_right_after_its_event(seq: int, type_name: str) -> None:
     event = _event(seq, type_name)
     typed = typed_frames(event)
-    emitted = [frame.id for frame in [*typed, *fim_frames()(event)]]
+    emitted = [frame.id for frame in [*typed, *react_channel_frames()(event)]]
     emitted.append(json.loads(str(typed[0].data))["stream_id"])
     for event_id in emitted:
-        if event_id is not None:  # a fim event's earlier frames carry no id
+        if event_id is not None:  # a ReAct channel event's earlier frames carry no id
             assert resume_point(event_id, None) == seq + 1
             assert resume_point(None, event_id) == seq + 1
 

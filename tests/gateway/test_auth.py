@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.db import create_schema
-from gateway.keys import KeyStore
-from gateway.tickets import TicketError, TicketSigner
+from gateway.edge.tickets import TicketError, TicketSigner
+from gateway.stores.db import create_schema
+from gateway.stores.keys import KeyStore
 from shuttle.db import create_engine
 from tests.gateway.conftest import TICKET_SECRET, AuthStack
 from tests.support.gateway_server import GatewayServer

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from gateway.fanout import RECENT_BYTES, Chunk, FanOut
-from gateway.stream import typed_frame
+from gateway.routes.stream import typed_frame
 from shuttle.envelope import type_name, type_value
 from shuttle.events_client.follow import UpstreamError
 from shuttle.grpc_client import tenant_metadata

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.grpc_web_framing import decode_text, parse_frames
+from gateway.edge.grpc_web_framing import decode_text, parse_frames
 from shuttle.v1 import common_pb2, events_pb2, executor_pb2, tools_pb2
 from tests.gateway.conftest import AuthStack, drive
 from tests.support.gateway_server import GatewayServer

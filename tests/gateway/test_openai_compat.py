@@ -7,7 +7,7 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.openai_compat import StreamedAnswer, chat_usage
+from gateway.routes.openai_compat import StreamedAnswer, chat_usage
 from tests.gateway.conftest import AuthStack
 
 pytestmark = pytest.mark.integration

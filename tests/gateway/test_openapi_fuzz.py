@@ -22,7 +22,7 @@ from tests.gateway.conftest import AuthStack
 
 pytestmark = pytest.mark.integration
 
-# The operations the HTTP API promises (DESIGN §5); the schema must publish each of them.
+# The operations the HTTP API promises; the schema must publish each of them.
 PROMISED = {
     "POST /api/v1/tasks",
     "GET /api/v1/tasks",

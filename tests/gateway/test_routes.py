@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from gateway.errors import ApiError
-from gateway.stream import resume_point
+from gateway.routes.stream import resume_point
 from tests.support.sse import read_stream
 from tests.support.stack import start_stack
 

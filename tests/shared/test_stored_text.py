@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.db import create_schema as create_gateway_schema
-from gateway.session_store import SessionStore
+from gateway.stores.db import create_schema as create_gateway_schema
+from gateway.stores.sessions import SessionStore
 from services.tools.approvals import ApprovalNotFoundError, ApprovalStore
 from services.tools.catalog import ToolRegistry
 from services.tools.db import create_schema as create_tools_schema

@@ -17,7 +17,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.db import tasks
+from gateway.stores.db import tasks
 
 # How long a repeated request waits for the first one to finish starting its run.
 RESERVATION_WAIT_SECONDS = 10.0

@@ -4,7 +4,7 @@ Hand-written because Starlette's limiter (FastAPI's `max_body_size`) answers a b
 Content-Length already passes the limit with its own plain-text 413, replacing whatever the
 app answers: a client would get neither the gateway's JSON error nor the limit it passed.
 grpc-web calls are left to their framing, which refuses an oversized message as its header
-arrives (`gateway/grpc_web_framing.py`), as gRPC itself does. They are told apart by path,
+arrives (`gateway/edge/grpc_web_framing.py`), as gRPC itself does. They are told apart by path,
 not by content type, which any client may claim.
 """
 
@@ -14,8 +14,8 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.edge.grpc_web import PACKAGE
 from gateway.errors import http_error_response
-from gateway.grpc_web import PACKAGE
 
 GRPC_WEB_PATHS = f"/{PACKAGE}."
 """Where the grpc-web route (`/shuttle.v1.{service}/{method}`) answers."""

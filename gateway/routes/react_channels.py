@@ -1,5 +1,7 @@
 """The ReAct channel dialect: the workflow log re-told as `step`, `answer`, `compact`,
-`phase`, `inject` and `done` frames, the protocol a tool-loop UI renders directly.
+`phase`, `inject` and `done` frames, the protocol a tool-loop UI renders directly
+(`GET /api/v1/tasks/{id}/stream?dialect=react`, which UIs built for it also ask for as
+`dialect=fim`).
 
 Pure translation from event envelopes (dicts) to (channel, payload) pairs; it keeps only
 what it needs to fill in later frames (iteration start times, usage, iteration count).
@@ -39,7 +41,7 @@ def _seconds(timestamp: str) -> float | None:
 
 
 @dataclass
-class FimTranslator:
+class ReactChannelTranslator:
     answer_open: bool = False
     iterations: int = 0
     _iteration_started: dict[int, float] = field(default_factory=dict)

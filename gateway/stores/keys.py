@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.db import api_keys
+from gateway.stores.db import api_keys
 
 KEY_PREFIX = "sk-shuttle-"
 TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"

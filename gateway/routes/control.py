@@ -13,9 +13,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from gateway.backends import tenant_metadata
-from gateway.deps import Clients, status_name
-from gateway.tasks import ERRORS, require_workflow
-from gateway.tenancy import CallerDep
+from gateway.edge.tenancy import CallerDep
+from gateway.routes.common import ERRORS, Clients, require_workflow
+from gateway.workflow_status import status_name
 from shuttle.v1 import executor_pb2, tools_pb2
 
 router = APIRouter(prefix="/api/v1", tags=["control"])

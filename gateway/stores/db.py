@@ -1,7 +1,6 @@
 """The gateway's own tables (API keys, submitted tasks, sessions) in the shared SQL database.
 
-Created at start-up from this metadata; they are to join the project's migrations once
-those exist.
+`create_schema` creates any that are missing when the gateway (or `shuttle apikey`) starts.
 """
 
 from __future__ import annotations

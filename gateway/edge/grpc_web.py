@@ -23,8 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from gateway.backends import Backends
-from gateway.errors import ApiError
-from gateway.grpc_web_framing import (
+from gateway.edge.grpc_web_framing import (
     MESSAGE_FLAG,
     TRAILER_FLAG,
     Frame,
@@ -38,7 +37,8 @@ from gateway.grpc_web_framing import (
     single_message,
     trailer_block,
 )
-from gateway.tenancy import caller_of
+from gateway.edge.tenancy import caller_of
+from gateway.errors import ApiError
 from shuttle.grpc_client import TENANT_METADATA_KEY
 from shuttle.v1 import events_pb2, executor_pb2, planner_pb2, tools_pb2  # noqa: F401  (registers)
 

@@ -8,10 +8,10 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from gateway.edge.rate_limit import RateLimiter
+from gateway.edge.tickets import TicketError, TicketSigner
 from gateway.errors import ApiError
-from gateway.keys import KeyStore
-from gateway.ratelimit import RateLimiter
-from gateway.tickets import TicketError, TicketSigner
+from gateway.stores.keys import KeyStore
 from shuttle.settings import AuthMode, Settings
 
 ANONYMOUS_KEY = "anonymous"

@@ -21,10 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from gateway.backends import Backends
-from gateway.deps import Clients, Index, Sessions
+from gateway.edge.tenancy import CallerDep
 from gateway.errors import ApiError, from_grpc_status
+from gateway.routes.common import Clients, Index, Sessions
 from gateway.submit import TaskSpec, submit
-from gateway.tenancy import CallerDep
 from shuttle.envelope import type_name
 from shuttle.events_client.follow import UpstreamError, follow
 from shuttle.settings import Settings

@@ -10,26 +10,16 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from gateway.backends import Backends, tenant_metadata
-from gateway.deps import Clients, Index, Sessions, parse_types, status_name
+from gateway.backends import tenant_metadata
+from gateway.edge.tenancy import CallerDep
 from gateway.errors import ApiError
+from gateway.routes.common import ERRORS, Clients, Index, Sessions, parse_types, workflow_of
 from gateway.submit import TaskSpec, submit
-from gateway.tenancy import CallerDep
+from gateway.workflow_status import status_name
 from shuttle.envelope import to_json_dict
 from shuttle.v1 import events_pb2
 
 router = APIRouter(prefix="/api/v1", tags=["tasks"])
-
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"description": text}
-    for code, text in {
-        400: "invalid request",
-        401: "authentication required",
-        404: "no such workflow for this tenant",
-        413: "request body over SHUTTLE_GATEWAY_MAX_BODY_BYTES",
-        429: "rate limited (see Retry-After)",
-    }.items()
-}
 
 
 class TaskCreate(BaseModel):
@@ -85,7 +75,7 @@ async def create_task(
     )
     status = done.status
     if done.replayed:
-        status = (await _workflow(clients, caller.tenant_id, done.workflow_id)).status
+        status = (await workflow_of(clients, caller.tenant_id, done.workflow_id)).status
     created = TaskCreated(
         workflow_id=done.workflow_id,
         task_id=done.workflow_id,
@@ -97,18 +87,6 @@ async def create_task(
     if done.replayed:
         headers["Idempotent-Replayed"] = "true"
     return JSONResponse(created.model_dump(), status_code=201, headers=headers)
-
-
-async def _workflow(clients: Backends, tenant: str, workflow_id: str) -> events_pb2.Workflow:
-    return await clients.events.GetWorkflow(
-        events_pb2.GetWorkflowRequest(workflow_id=workflow_id, tenant_id=tenant),
-        metadata=tenant_metadata(tenant),
-    )
-
-
-async def require_workflow(clients: Backends, tenant: str, workflow_id: str) -> None:
-    """404 unless `workflow_id` is this tenant's, before any command touches it."""
-    await _workflow(clients, tenant, workflow_id)
 
 
 @router.get("/tasks", responses=ERRORS)
@@ -123,7 +101,7 @@ async def list_tasks(
 
     async def describe(entry_id: str) -> events_pb2.Workflow | None:
         try:
-            return await _workflow(clients, caller.tenant_id, entry_id)
+            return await workflow_of(clients, caller.tenant_id, entry_id)
         except grpc.aio.AioRpcError:
             return None
 
@@ -147,7 +125,7 @@ async def get_task(workflow_id: str, caller: CallerDep, clients: Clients) -> dic
     """Status, result, usage, cost and timings of one task."""
     # From the events service's registry, not the executor: a task whose executor died must
     # still show that it failed.
-    run = await _workflow(clients, caller.tenant_id, workflow_id)
+    run = await workflow_of(clients, caller.tenant_id, workflow_id)
     return {
         "workflow_id": run.workflow_id,
         "task_id": run.workflow_id,

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gateway.fim_dialect import FimTranslator
+from gateway.routes.react_channels import ReactChannelTranslator
 from shuttle.envelope import EVENT_TYPE_NAMES
 from shuttle.grpc_client import tenant_metadata
 from shuttle.utf8 import json_text
@@ -65,7 +65,7 @@ events = st.lists(
 def test_any_payload_becomes_frames_never_an_exception(
     events: list[tuple[str, dict[str, Any], str]],
 ) -> None:
-    translator = FimTranslator()
+    translator = ReactChannelTranslator()
     for seq, (kind, payload, timestamp) in enumerate(events, start=1):
         event = {
             "type": kind,
@@ -106,7 +106,7 @@ def events_stub(auth_stack: AuthStack) -> Iterator[events_pb2_grpc.EventServiceS
     payloads=[("TOOL_OBSERVATION", {"iteration": "", "duration_ms": None})],
     completed={"duration_ms": "x"},
 )
-def test_odd_payloads_on_the_log_still_end_the_fim_stream_with_done(
+def test_odd_payloads_on_the_log_still_end_the_react_channel_stream_with_done(
     auth_stack: AuthStack,
     events_stub: events_pb2_grpc.EventServiceStub,
     payloads: list[tuple[str, dict[str, Any]]],
@@ -124,7 +124,7 @@ def test_odd_payloads_on_the_log_still_end_the_fim_stream_with_done(
         ),
         metadata=tenant,
     )
-    path = f"/api/v1/tasks/{workflow.workflow_id}/stream?dialect=fim"
+    path = f"/api/v1/tasks/{workflow.workflow_id}/stream?dialect=react"
     status, frames = read_stream(
         auth_stack.url, path, headers={"Authorization": f"Bearer {auth_stack.key_a}"}
     )

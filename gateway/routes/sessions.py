@@ -8,10 +8,9 @@ from fastapi import APIRouter, Query, Response
 
 from gateway.backends import tenant_metadata
 from gateway.conversations import delete_session, session_or_404, settled_turns
-from gateway.deps import Clients, Sessions, parse_types
-from gateway.session_store import Session, Turn
-from gateway.tasks import ERRORS
-from gateway.tenancy import CallerDep
+from gateway.edge.tenancy import CallerDep
+from gateway.routes.common import ERRORS, Clients, Sessions, parse_types
+from gateway.stores.sessions import Session, Turn
 from shuttle.envelope import to_json_dict
 from shuttle.v1 import events_pb2
 

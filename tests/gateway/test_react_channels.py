@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.fim_dialect import FimTranslator
+from gateway.routes.react_channels import ReactChannelTranslator
 from tests.gateway.conftest import AuthStack
 from tests.support.sse import read_stream
 
@@ -17,15 +17,15 @@ def ev(type_: str, seq: int = 1, ts: str = "2026-01-01T00:00:00.000Z", **payload
 
 
 def test_tool_loop_becomes_step_frames_with_elapsed_time() -> None:
-    fim = FimTranslator()
-    assert fim.translate(ev("AGENT_THINKING", status="start", iteration=1)) == [
+    translator = ReactChannelTranslator()
+    assert translator.translate(ev("AGENT_THINKING", status="start", iteration=1)) == [
         ("step", {"type": "thinking", "status": "start", "iteration": 1})
     ]
-    invoked = fim.translate(
+    invoked = translator.translate(
         ev("TOOL_INVOKED", tool_name="calc", tool_args={"x": 1}, iteration=1, call_id="c1")
     )
     assert invoked[0][1]["tool_args"] == {"x": 1} and invoked[0][1]["status"] == "start"
-    done = fim.translate(
+    done = translator.translate(
         ev(
             "TOOL_OBSERVATION",
             ts="2026-01-01T00:00:01.500Z",
@@ -47,26 +47,28 @@ def test_tool_loop_becomes_step_frames_with_elapsed_time() -> None:
         "call_id": "",
     }
     # Resumed after the iteration started: the tool's own duration stands in.
-    resumed = FimTranslator().translate(ev("TOOL_OBSERVATION", iteration=3, duration_ms=250))
+    resumed = ReactChannelTranslator().translate(
+        ev("TOOL_OBSERVATION", iteration=3, duration_ms=250)
+    )
     assert resumed[0][1]["iter_elapsed"] == 0.25
 
 
 def test_answer_frames_and_resume_in_the_middle_of_an_answer() -> None:
-    fim = FimTranslator()
-    first = fim.translate(ev("THREAD_MESSAGE_DELTA", delta="Hel", index=0))
+    translator = ReactChannelTranslator()
+    first = translator.translate(ev("THREAD_MESSAGE_DELTA", delta="Hel", index=0))
     assert [c for c, _ in first] == ["step", "answer", "answer"]
     assert first[0][1] == {"type": "answer", "status": "start"}
-    assert fim.translate(ev("THREAD_MESSAGE_DELTA", delta="lo", index=1)) == [
+    assert translator.translate(ev("THREAD_MESSAGE_DELTA", delta="lo", index=1)) == [
         ("answer", {"status": "delta", "content": "lo"})
     ]
-    assert fim.translate(ev("THREAD_MESSAGE_COMPLETED", content="Hello")) == [
+    assert translator.translate(ev("THREAD_MESSAGE_COMPLETED", content="Hello")) == [
         ("answer", {"status": "done", "content": "Hello"})
     ]
     # A client resuming after delta 0 gets no second start.
-    mid = FimTranslator().translate(ev("THREAD_MESSAGE_DELTA", delta="lo", index=1))
+    mid = ReactChannelTranslator().translate(ev("THREAD_MESSAGE_DELTA", delta="lo", index=1))
     assert mid == [("answer", {"status": "delta", "content": "lo"})]
     # Deltas gone (durable replay): the whole answer arrives as one delta.
-    whole = FimTranslator().translate(ev("THREAD_MESSAGE_COMPLETED", content="Hello"))
+    whole = ReactChannelTranslator().translate(ev("THREAD_MESSAGE_COMPLETED", content="Hello"))
     assert [(c, p.get("status")) for c, p in whole] == [
         ("step", "start"),
         ("answer", "start"),
@@ -77,20 +79,20 @@ def test_answer_frames_and_resume_in_the_middle_of_an_answer() -> None:
 
 
 def test_compact_phase_inject_and_done() -> None:
-    fim = FimTranslator()
-    assert fim.translate(
+    translator = ReactChannelTranslator()
+    assert translator.translate(
         ev("WORKSPACE_UPDATED", kind="compact", original_messages=40, kept_messages=12)
     ) == [("compact", {"original_messages": 40, "kept_messages": 12})]
-    assert fim.translate(ev("WORKSPACE_UPDATED", kind="file")) == []
-    assert fim.translate(ev("STATUS_UPDATE", phase="selecting_tools", total_tools=30)) == [
+    assert translator.translate(ev("WORKSPACE_UPDATED", kind="file")) == []
+    assert translator.translate(ev("STATUS_UPDATE", phase="selecting_tools", total_tools=30)) == [
         ("phase", {"phase": "selecting_tools", "total_tools": 30})
     ]
-    assert fim.translate(ev("STATUS_UPDATE", kind="cycle_warning")) == []
+    assert translator.translate(ev("STATUS_UPDATE", kind="cycle_warning")) == []
     received = ev("MESSAGE_RECEIVED", content="also X")
     received["payload"]["from"] = "user"
-    assert fim.translate(received) == [("inject", {"type": "inject", "content": "also X"})]
-    fim.translate(ev("AGENT_COMPLETED", iterations=4))
-    [(channel, done)] = fim.translate(
+    assert translator.translate(received) == [("inject", {"type": "inject", "content": "also X"})]
+    translator.translate(ev("AGENT_COMPLETED", iterations=4))
+    [(channel, done)] = translator.translate(
         ev(
             "WORKFLOW_COMPLETED",
             result="42",
@@ -108,15 +110,17 @@ def test_compact_phase_inject_and_done() -> None:
         "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15, "cost_usd": 0.001},
         "elapsed": 1.5,
     }
-    assert FimTranslator().translate(ev("ERROR_OCCURRED", fatal=False)) == []
-    [(_, failed)] = FimTranslator().translate(
+    assert ReactChannelTranslator().translate(ev("ERROR_OCCURRED", fatal=False)) == []
+    [(_, failed)] = ReactChannelTranslator().translate(
         ev("ERROR_OCCURRED", fatal=True, error_message="model down")
     )
     assert failed["error"] == "model down"
 
 
 @pytest.mark.integration
-def test_fim_stream_from_a_real_run_and_its_resume(auth_stack: AuthStack, finished_a: str) -> None:
+def test_react_channel_stream_from_a_real_run_and_its_resume(
+    auth_stack: AuthStack, finished_a: str
+) -> None:
     headers = {"Authorization": f"Bearer {auth_stack.key_a}"}
     path = f"/api/v1/tasks/{finished_a}/stream?dialect=fim"
     status, frames = read_stream(auth_stack.url, path, headers=headers)
@@ -147,3 +151,20 @@ def test_fim_stream_from_a_real_run_and_its_resume(auth_stack: AuthStack, finish
     assert [(f.event, f.data) for f in rest] == [(f.event, f.data) for f in frames[cut:]]
     status, by_query = read_stream(auth_stack.url, f"{path}&last_event_id={ids[cut - 1]}", headers)
     assert [f.data for f in by_query] == [f.data for f in rest]
+
+
+@pytest.mark.integration
+def test_react_channels_are_the_default_and_fim_another_name_for_them(
+    auth_stack: AuthStack, finished_a: str
+) -> None:
+    headers = {"Authorization": f"Bearer {auth_stack.key_a}"}
+    streams = {
+        query: read_stream(auth_stack.url, f"/api/v1/tasks/{finished_a}/stream{query}", headers)
+        for query in ("?dialect=react", "?dialect=fim", "")
+    }
+    assert {status for status, _ in streams.values()} == {200}
+    told = {
+        query: [(f.event, f.data, f.id) for f in frames] for query, (_, frames) in streams.items()
+    }
+    assert told["?dialect=react"][-1][0] == "done"
+    assert told["?dialect=fim"] == told["?dialect=react"] == told[""]

@@ -1,9 +1,9 @@
 """Both SSE dialects of the workflow log, and the tickets EventSource clients open them with.
 
-Typed: `id: seq`, `event: TYPE`, `data: envelope`. ReAct channels (`dialect=fim`): `step`,
-`answer`, `compact`, `phase`, `inject`, `done`. Both resume from `Last-Event-ID` (or
-`last_event_id`), send a `retry:` hint and a ping comment, and close after STREAM_END.
-Closing a stream never touches the run.
+Typed: `id: seq`, `event: TYPE`, `data: envelope`. ReAct channels (`dialect=react`, or its
+alias `dialect=fim`): `step`, `answer`, `compact`, `phase`, `inject`, `done`. Both resume
+from `Last-Event-ID` (or `last_event_id`), send a `retry:` hint and a ping comment, and
+close after STREAM_END. Closing a stream never touches the run.
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from gateway.backends import Backends
-from gateway.deps import Clients, Fanout, parse_types
+from gateway.edge.tenancy import CallerDep, StreamCallerDep, tenant_for_workflow
+from gateway.edge.tickets import TicketSigner
 from gateway.errors import ApiError
 from gateway.fanout import Chunk, FanOut
-from gateway.fim_dialect import FimTranslator
-from gateway.tasks import ERRORS, require_workflow
-from gateway.tenancy import CallerDep, StreamCallerDep, tenant_for_workflow
-from gateway.tickets import TicketSigner
+from gateway.routes.common import ERRORS, Clients, Fanout, parse_types, require_workflow
+from gateway.routes.react_channels import ReactChannelTranslator
 from shuttle.envelope import to_json_dict, type_name
 from shuttle.events_client.follow import UpstreamError
 from shuttle.metrics import SSE_CONNECTIONS
@@ -40,6 +39,10 @@ RETRY_LINE = f"retry: {RETRY_MS}\r\n".encode()
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 Frames = Callable[[common_pb2.Event], list[ServerSentEvent]]
+
+Dialect = Literal["react", "fim", "typed"]
+DIALECT_ALIASES: dict[str, Dialect] = {"fim": "react"}
+"""Other names a client may ask for a dialect by, each with the dialect it names."""
 
 
 # The ids the gateway hands out: the SSE `id:` (a seq) and the envelope's `stream_id`
@@ -79,8 +82,8 @@ def typed_frames(event: common_pb2.Event) -> list[ServerSentEvent]:
     ]
 
 
-def fim_frames() -> Frames:
-    translator = FimTranslator()
+def react_channel_frames() -> Frames:
+    translator = ReactChannelTranslator()
 
     def frames(event: common_pb2.Event) -> list[ServerSentEvent]:
         pairs = translator.translate(to_json_dict(event))
@@ -104,9 +107,9 @@ def typed_frame(event: common_pb2.Event) -> bytes:
     return typed_frames(event)[0].encode()
 
 
-def fim_bytes() -> Callable[[Chunk], bytes]:
+def react_channel_bytes() -> Callable[[Chunk], bytes]:
     """A connection's ReAct channel frames: the translator keeps state per connection."""
-    render = fim_frames()
+    render = react_channel_frames()
 
     def frames(chunk: Chunk) -> bytes:
         return b"".join(f.encode() for item in chunk.items for f in render(item.event))
@@ -121,12 +124,13 @@ async def open_stream(
     workflow_id: str,
     from_seq: int,
     types: list[common_pb2.EventType.ValueType],
-    dialect: str = "typed",
+    dialect: Dialect = "typed",
 ) -> EventSourceResponse:
     # Check before answering 200, so a wrong id is a JSON 404 and not an empty stream.
     await require_workflow(clients, tenant, workflow_id)
     chunks = fanout.watch(tenant, workflow_id, from_seq, frozenset(types) if types else None)
-    translate = fim_bytes() if dialect == "fim" else None
+    dialect = DIALECT_ALIASES.get(dialect, dialect)
+    translate = react_channel_bytes() if dialect == "react" else None
 
     async def frames() -> AsyncIterator[bytes]:
         # A client that disconnects closes this generator and with it its watch; the run
@@ -176,12 +180,12 @@ async def stream_task(
     caller: StreamCallerDep,
     clients: Clients,
     fanout: Fanout,
-    dialect: Literal["fim", "typed"] = "fim",
+    dialect: Dialect = "react",
     last_event_id: str | None = None,
     ticket: str | None = None,
     last_event_id_header: LastEventIdHeader = None,
 ) -> EventSourceResponse:
-    """The log as the ReAct channel protocol (`dialect=fim`) or as typed frames."""
+    """The log as the ReAct channel protocol (`dialect=react` or `fim`) or as typed frames."""
     tenant = tenant_for_workflow(caller, workflow_id)
     from_seq = resume_point(last_event_id_header, last_event_id)
     return await open_stream(clients, fanout, tenant, workflow_id, from_seq, [], dialect)

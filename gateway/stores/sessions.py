@@ -16,7 +16,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.db import session_turns, sessions, tasks
+from gateway.stores.db import session_turns, sessions, tasks
 from shuttle.utf8 import utf8_size
 
 TITLE_CHARS = 80
