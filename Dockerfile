@@ -9,6 +9,7 @@ COPY proto proto
 COPY shuttle shuttle
 COPY services services
 COPY gateway gateway
+COPY cli cli
 # Stubs are generated here, as `make proto` does, then installed with the package.
 RUN /opt/shuttle/bin/pip install --no-cache-dir "grpcio-tools>=1.85,<2" \
  && /opt/shuttle/bin/python -m grpc_tools.protoc -I proto --python_out=. --grpc_python_out=. \

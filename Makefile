@@ -33,7 +33,7 @@ $(STUBS): $(PROTOS) | $(STAMP)
 	@$(MAKE) --no-print-directory proto
 
 run: install
-	$(PY) -m shuttle.cli up
+	$(PY) -m cli up
 
 test: install
 	$(PY) -m pytest -q
@@ -55,7 +55,7 @@ chaos: install
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy shuttle services gateway tests bench
+	$(PY) -m mypy shuttle services gateway cli tests bench
 
 # The benchmark suite beside its peers (about 10 minutes on 2 cores): saves figures under var/bench/
 # and rewrites docs/benchmarks.md with its charts in docs/img/. BENCH_ARGS=--quick for a

@@ -23,8 +23,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 
-from services.events.grpc_registration import SERVICE_NAME
-from services.events.wire import EVENTS_TAG, varint
+from services.events.wire import EVENTS_TAG, SERVICE_NAME, varint
 from shuttle.envelope import TERMINAL_TYPES, type_value
 from shuttle.paced_signal import DEFAULT_SECONDS_PER_WAITER, PacedSignal
 from shuttle.v1 import common_pb2, events_pb2

@@ -1,6 +1,7 @@
 """The gateway's own tables (API keys, submitted tasks, sessions) in the shared SQL database.
 
-`create_schema` creates any that are missing when the gateway (or `shuttle apikey`) starts.
+Alembic migrations in gateway/migrations/ make them, with the gateway's own version table;
+this metadata declares the tables the stores use and the latest revision makes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from shuttle.db import StoredString, StoredText
+from shuttle.migrations import Migrations
 
 metadata = MetaData()
 
@@ -84,6 +86,17 @@ session_turns = Table(
 )
 
 
+MIGRATIONS = Migrations(
+    component="gateway",
+    revisions="gateway:migrations",
+    version_table="alembic_version_gateway",
+    lock_key=0x5E_7E_47_02,
+    metadata=metadata,
+    # Tables `create_all` made from this metadata (in a var/shuttle.db, say) are kept.
+    adopt_at="0001",
+)
+
+
 async def create_schema(engine: AsyncEngine) -> None:
-    async with engine.begin() as conn:
-        await conn.run_sync(metadata.create_all)
+    """Migrate the gateway's tables to the latest revision (at start-up, by every replica)."""
+    await MIGRATIONS.upgrade(engine)

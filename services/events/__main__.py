@@ -14,7 +14,7 @@ from shuttle.process import main
 from shuttle.settings import Settings
 
 from .grpc_api import EventServiceServicer
-from .grpc_registration import SERVICE_NAME, add_to_server
+from .grpc_registration import add_to_server
 from .hot import HotTier, MemoryHotTier
 from .leases import LeaseStore
 from .log import EventLog
@@ -23,6 +23,7 @@ from .redis_hot import RedisHotTier
 from .retention import RetentionTask
 from .store import SqlEventStore
 from .sweeper import LeaseSweeper
+from .wire import SERVICE_NAME
 
 log = logging.getLogger("events")
 

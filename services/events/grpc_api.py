@@ -24,11 +24,10 @@ from shuttle.v1 import events_pb2
 from .command_watches import CommandWatches, WatchItem
 from .concurrent_calls import answered_concurrently
 from .errors import AlreadyExists, EventsError, FailedPrecondition, InvalidArgument, NotFound
-from .grpc_registration import SERVICE_NAME
 from .leases import LeaseStore
 from .log import EventLog
 from .messages import event_type_names, new_events, workflow_message
-from .wire import EventEncoder, event_message
+from .wire import SERVICE_NAME, EventEncoder, event_message
 
 log = logging.getLogger(__name__)
 

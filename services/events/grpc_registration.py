@@ -4,18 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from google.protobuf.message_factory import GetMessageClass
 
-from shuttle.v1 import events_pb2
-
-if TYPE_CHECKING:
-    from .grpc_api import EventServiceServicer
-
-_SERVICE = events_pb2.DESCRIPTOR.services_by_name["EventService"]
-SERVICE_NAME: str = _SERVICE.full_name
+from .wire import SERVICE, SERVICE_NAME
 
 _HANDLER_KINDS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
     (False, False): grpc.unary_unary_rpc_method_handler,
@@ -27,15 +21,16 @@ _HANDLER_KINDS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any,
 _PRE_ENCODED = frozenset({"Stream", "StreamBatches"})
 
 
-def add_to_server(servicer: EventServiceServicer, server: grpc.aio.Server) -> None:
-    """Register EventService on `server`, with handlers built from the service descriptor.
+def add_to_server(servicer: object, server: grpc.aio.Server) -> None:
+    """Register EventService on `server`, with handlers built from the service descriptor:
+    each RPC is answered by `servicer`'s method of the same name.
 
     Not the generated add_EventServiceServicer_to_server: it fixes each response's
     serializer to the message class's, whereas Stream and StreamBatches hand gRPC bytes
     encoded once per event for all subscribers; their serializer passes the bytes through.
     """
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
-    for method in _SERVICE.methods:
+    for method in SERVICE.methods:
         request_class = GetMessageClass(method.input_type)
         serialize: Callable[[Any], bytes] = (
             _as_is

@@ -1,4 +1,5 @@
-"""Wire form of stored events: protobuf messages, and bytes encoded once per event.
+"""Wire form of the EventService: its descriptor, stored events as protobuf messages, and
+bytes encoded once per event.
 
 A live event goes out to every subscriber of its workflow. Building and serializing an
 Event (and an EventBatch around it) per subscriber made fan-out cost grow with subscribers
@@ -16,9 +17,13 @@ from datetime import UTC, datetime
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from shuttle.envelope import stream_id, type_value
-from shuttle.v1 import common_pb2
+from shuttle.v1 import common_pb2, events_pb2
 
 from .records import StoredEvent
+
+# The service as proto/shuttle/v1/events.proto declares it: its full name and its methods.
+SERVICE = events_pb2.DESCRIPTOR.services_by_name["EventService"]
+SERVICE_NAME: str = SERVICE.full_name
 
 # An EventBatch message carries at most this many bytes (a lone larger event goes alone),
 # well under gRPC's default 4 MiB limit.

@@ -1,7 +1,7 @@
 """SQL tables of the tool host (audit log, approvals), portable across SQLite and PostgreSQL.
 
-Created at start-up with `create_all`; they are the tools service's own and can join the
-shared migrations later.
+Alembic migrations in services/tools/migrations/ make them, with the service's own version
+table; this metadata declares the tables the stores use and the latest revision makes.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from sqlalchemy import (
     Table,
     Text,
 )
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from shuttle.db import StoredString, StoredText, UtcDateTime
+from shuttle.migrations import Migrations
 
 ID_LENGTH = 128
 
@@ -70,14 +70,18 @@ tool_approvals = Table(
 )
 
 
+MIGRATIONS = Migrations(
+    component="tools",
+    revisions="services.tools:migrations",
+    version_table="alembic_version_tools",
+    lock_key=0x5E_7E_47_03,
+    metadata=metadata,
+    # Tables `create_all` made from this metadata (in a var/shuttle.db, say) are kept.
+    adopt_at="0001",
+)
+
+
 async def create_schema(engine: AsyncEngine) -> None:
-    """Create missing tables. Replicas starting together may race to create the same table;
-    the loser sees it exist on the next attempt."""
-    for attempt in range(3):
-        try:
-            async with engine.begin() as conn:
-                await conn.run_sync(metadata.create_all)
-            return
-        except DBAPIError:
-            if attempt == 2:
-                raise
+    """Migrate the service's tables to the latest revision. Replicas starting together take
+    turns under the migrations' lock, so none meets a table half made by another."""
+    await MIGRATIONS.upgrade(engine)

@@ -14,11 +14,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.events.hot import MemoryHotTier
 from services.events.log import EventLog
-from services.events.migrate import VERSION_TABLE, UnversionedSchema, current_revision, migrate
+from services.events.migrate import VERSION_TABLE, current_revision, migrate
 from services.events.models import appends, events, tool_results, workflows
 from services.events.retention import RetentionTask, purge
 from services.events.store import SqlEventStore
 from shuttle.db import create_engine
+from shuttle.migrations import UnversionedSchema
 
 from .helpers import new, progress
 

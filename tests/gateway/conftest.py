@@ -58,7 +58,7 @@ class AuthStack:
 def create_key(data_dir: Path, tenant: str) -> str:
     env = {**os.environ, "SHUTTLE_DATA_DIR": str(data_dir), "SHUTTLE_DATABASE_URL": ""}
     done = subprocess.run(
-        [sys.executable, "-m", "shuttle.cli", "apikey", "create", "--tenant", tenant],
+        [sys.executable, "-m", "cli", "apikey", "create", "--tenant", tenant],
         env=env,
         capture_output=True,
         text=True,

@@ -19,7 +19,7 @@ def shuttle(
 ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SHUTTLE_GATEWAY_URL": stack.url, "SHUTTLE_API_KEY": key or stack.key_a}
     return subprocess.run(
-        [sys.executable, "-m", "shuttle.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -62,7 +62,7 @@ def test_run_resumes_after_a_dropped_connection(auth_stack: AuthStack) -> None:
             "SHUTTLE_API_KEY": auth_stack.key_a,
         }
         done = subprocess.run(
-            [sys.executable, "-m", "shuttle.cli", "run", "What is 9*9?"],
+            [sys.executable, "-m", "cli", "run", "What is 9*9?"],
             env=env,
             capture_output=True,
             text=True,

@@ -14,7 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from shuttle.launcher import LaunchError, Supervisor
+from cli.launcher import LaunchError, Supervisor
 from shuttle.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from tests.support.models import arithmetic_model
 from tests.support.scripted_openai import ScriptedOpenAI

@@ -71,9 +71,10 @@ EngineMaker = Callable[[], AsyncEngine]
 
 
 @asynccontextmanager
-async def schema_engines(postgres_url: str) -> AsyncIterator[EngineMaker]:
-    """Makes engines on one schema of its own in the session database (migrated, dropped
-    after), so tests may reuse workflow ids without meeting each other."""
+async def schema_engines(postgres_url: str, migrated: bool = True) -> AsyncIterator[EngineMaker]:
+    """Makes engines on one schema of its own in the session database (with the events
+    tables unless `migrated` is false; dropped after), so tests may reuse workflow ids
+    without meeting each other."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
     setup = create_engine(postgres_url)
     async with setup.begin() as conn:
@@ -88,7 +89,8 @@ async def schema_engines(postgres_url: str) -> AsyncIterator[EngineMaker]:
         return engine
 
     try:
-        await migrate(make())
+        if migrated:
+            await migrate(make())
         yield make
     finally:
         for engine in made:

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from shuttle.launcher import MODULES, Supervisor
+from cli.launcher import MODULES, Supervisor
 from shuttle.settings import child_environment
 from tests.support.stack import free_ports
 

@@ -6,7 +6,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from shuttle.launcher import GRPC_SERVICES, Supervisor
+from cli.launcher import GRPC_SERVICES, Supervisor
 from shuttle.settings import Settings
 
 

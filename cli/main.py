@@ -13,7 +13,7 @@ import sys
 import time
 from types import FrameType
 
-from shuttle.launcher import LaunchError, Supervisor, endpoints
+from cli.launcher import LaunchError, Supervisor, endpoints
 from shuttle.settings import Settings, SettingsError, load_settings
 
 
@@ -144,22 +144,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 def client_command(settings: Settings, args: argparse.Namespace) -> int:
-    from shuttle import cli_client
+    from cli import client
 
-    gateway = cli_client.Gateway(args.gateway or settings.gateway_base_url, settings.api_key)
+    gateway = client.Gateway(args.gateway or settings.gateway_base_url, settings.api_key)
     try:
         if args.command == "run":
-            view = cli_client.LiveView()
-            cli_client.run(gateway, args.query, view)
+            view = client.LiveView()
+            client.run(gateway, args.query, view)
             failed = view.done is None or view.done.get("error") or view.done.get("cancelled")
             return 1 if failed else 0
         if args.command == "events":
-            cli_client.events(gateway, args.workflow_id, sys.stdout, args.json)
+            client.events(gateway, args.workflow_id, sys.stdout, args.json)
         elif args.command == "tasks":
-            cli_client.tasks(gateway, sys.stdout, args.limit)
+            client.tasks(gateway, sys.stdout, args.limit)
         elif args.command == "approve":
-            cli_client.approve(gateway, args.approval_id, args.deny, args.comment, sys.stdout)
-    except cli_client.CliError as exc:
+            client.approve(gateway, args.approval_id, args.deny, args.comment, sys.stdout)
+    except client.CliError as exc:
         print(f"shuttle {args.command}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -180,7 +180,3 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "apikey":
         sys.exit(create_key(settings, args.tenant, args.name))
     sys.exit(client_command(settings, args))
-
-
-if __name__ == "__main__":
-    main()
