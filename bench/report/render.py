@@ -10,7 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..results import REFERENCE_LOOP_ADDITIONS
+from bench.support.results import REFERENCE_LOOP_ADDITIONS
+
 from . import sections_engine, sections_events
 from .aims import aims_table
 from .context import Context

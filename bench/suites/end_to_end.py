@@ -4,7 +4,7 @@ Both sides talk to the same zero-latency scripted OpenAI-compatible server and m
 three model calls (tool call, answer, streamed synthesis) plus one calculator call, so the
 difference is what Shuttle adds: five processes, gRPC hops, the durable log and SSE.
 
-    .venv/bin/python -m bench.end_to_end [--runs 50] [--concurrency 20]
+    .venv/bin/python -m bench.suites.end_to_end [--runs 50] [--concurrency 20]
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from typing import Any
 import httpx
 import openai
 
+from bench.support.results import add_common_arguments, latency_summary, save, sized
 from services.tools.builtins.calculator import Calculator
 from tests.support.models import arithmetic_model
 from tests.support.scripted_openai import ScriptedOpenAI
 from tests.support.sse import parse_frames
 from tests.support.stack import start_stack
-
-from .results import add_common_arguments, latency_summary, save, sized
 
 
 async def shuttle_run(client: httpx.AsyncClient) -> tuple[float, int]:

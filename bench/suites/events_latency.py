@@ -13,10 +13,10 @@ after the other on the same machine:
   --unary one Append call each), on SQLite, or on PostgreSQL + Redis with --backend pg;
   with --batched its subscribers use StreamBatches;
 - bare grpc (SQLite runs only): the same gRPC subscribers and producer against
-  bench/grpc_fanout_peer.py, a bare grpc.aio server keeping each log in a list, its readers
+  bench/peers/grpc_fanout.py, a bare grpc.aio server keeping each log in a list, its readers
   woken as the events service wakes its own, and ("unpaced") on every append.
 
-    .venv/bin/python -m bench.events_latency [--backend sqlite|pg] [--batched] [--unary]
+    .venv/bin/python -m bench.suites.events_latency [--backend sqlite|pg] [--batched] [--unary]
 """
 
 from __future__ import annotations
@@ -35,6 +35,17 @@ from typing import Any
 
 import grpc
 
+from bench.support.events_support import (
+    Backend,
+    Served,
+    backends,
+    events_service,
+    fanout_peer,
+    paced,
+    percentile,
+)
+from bench.support.producer import AppendRefused, Producer
+from bench.support.results import CpuMeter, add_common_arguments, latency_summary, save
 from services.events.hot import MemoryHotTier
 from services.events.log import EventLog
 from services.events.migrate import migrate
@@ -47,18 +58,6 @@ from shuttle.grpc_client import tenant_metadata
 from shuttle.paced_signal import DEFAULT_SECONDS_PER_WAITER
 from shuttle.v1 import common_pb2, events_pb2
 
-from .events_support import (
-    Backend,
-    Served,
-    backends,
-    events_service,
-    fanout_peer,
-    paced,
-    percentile,
-)
-from .producer import AppendRefused, Producer
-from .results import CpuMeter, add_common_arguments, latency_summary, save
-
 TENANT_ID = "bench"
 TENANT = tenant_metadata(TENANT_ID)
 # (subscribers, events per second, events): the last two keep each run to a few seconds.
@@ -69,7 +68,7 @@ QUICK_CONFIGS = [(1, 1000, 300), (100, 1000, 200), (100, 100, 100), (1000, 100, 
 SEQUENTIAL = False
 # --batched: gRPC subscribers use StreamBatches (several events per message) instead of Stream.
 BATCHED = False
-# The bare gRPC fan-out (bench/grpc_fanout_peer.py), waking its readers as the events service
+# The bare gRPC fan-out (bench/peers/grpc_fanout.py), waking its readers as the events service
 # does, and on every append.
 PEERS = [("bare grpc", DEFAULT_SECONDS_PER_WAITER), ("bare grpc, unpaced", 0.0)]
 

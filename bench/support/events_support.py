@@ -23,7 +23,7 @@ from shuttle.v1 import events_pb2_grpc
 
 PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "database": "test"}
 REDIS_URL = "redis://127.0.0.1:6379/0"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 async def _pg_admin(statement: str) -> None:
@@ -117,10 +117,10 @@ async def events_service(backend: Backend, data_dir: Path) -> AsyncIterator[Serv
 
 @contextlib.asynccontextmanager
 async def fanout_peer(seconds_per_reader: float) -> AsyncIterator[Served]:
-    """`python -m bench.grpc_fanout_peer` as its own process, as the events service runs."""
+    """`python -m bench.peers.grpc_fanout` as its own process, as the events service runs."""
     port = free_port()
     arguments = ["--port", str(port), "--seconds-per-reader", str(seconds_per_reader)]
-    async with _serving(port, "bench.grpc_fanout_peer", *arguments) as served:
+    async with _serving(port, "bench.peers.grpc_fanout", *arguments) as served:
         yield served
 
 

@@ -22,7 +22,7 @@ from shuttle.v1 import common_pb2, events_pb2_grpc, executor_pb2, executor_pb2_g
 from tests.support.stack import Stack
 
 from .model_server import ModelProcess, model_process
-from .stack_support import running_stack
+from .stack import running_stack
 
 CALCULATOR = Calculator()
 TOOLS: Any = [

@@ -14,7 +14,7 @@ Three bare grpc.aio servers on Shuttle's own contracts, none of Shuttle's code i
 No validation, idempotency, tenancy, leases, command watches, hooks, audit, tracing, metrics
 or recovery: what Shuttle spends beyond this side is what those cost.
 
-    .venv/bin/python -m bench.hops_peer {events,tools,executor} PORT [ARGS]
+    .venv/bin/python -m bench.peers.hops {events,tools,executor} PORT [ARGS]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from typing import Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from bench.support.react_support import LLM_TIMEOUT_SECONDS, TOOLS, assistant_message
 from services.tools.builtins.calculator import Calculator
 from shuttle.envelope import EPHEMERAL_TYPES, type_value
 from shuttle.event_loop import run
@@ -51,8 +52,6 @@ from shuttle.v1 import (
     tools_pb2_grpc,
 )
 from tests.support.stack import free_ports
-
-from .react_support import LLM_TIMEOUT_SECONDS, TOOLS, assistant_message
 
 LINGER_SECONDS = 0.005
 """As Shuttle's emitter lingers by default (SHUTTLE_EVENTS_LINGER_MS)."""
@@ -371,7 +370,7 @@ async def hops_peer(model_url: str) -> AsyncIterator[executor_pb2_grpc.ExecutorS
 
 def _spawn(args: list[str]) -> subprocess.Popen[str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.hops_peer", *args], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "bench.peers.hops", *args], stdout=subprocess.PIPE, text=True
     )
     assert process.stdout is not None
     if process.stdout.readline().strip() != "serving":
