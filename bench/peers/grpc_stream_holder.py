@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from bench.support.results import rss_bytes
+from bench.support.meters import rss_bytes
 from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 

@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 import openai
 
-from bench.support.results import add_common_arguments, latency_summary, save, sized
+from bench.support.results import add_common_arguments, save, sized
+from bench.support.spread import latency_summary
 from services.tools.builtins.calculator import Calculator
 from tests.support.models import arithmetic_model
 from tests.support.scripted_openai import ScriptedOpenAI

@@ -44,8 +44,10 @@ from bench.support.events_support import (
     paced,
     percentile,
 )
+from bench.support.meters import CpuMeter
 from bench.support.producer import AppendRefused, Producer
-from bench.support.results import CpuMeter, add_common_arguments, latency_summary, save
+from bench.support.results import add_common_arguments, save
+from bench.support.spread import latency_summary
 from services.events.hot import MemoryHotTier
 from services.events.log import EventLog
 from services.events.migrate import migrate

@@ -21,7 +21,8 @@ from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_serv
 from opentelemetry.propagate import extract
 from opentelemetry.sdk.trace import TracerProvider
 
-from bench.support.results import add_common_arguments, cpu_seconds, save, sized
+from bench.support.meters import cpu_seconds
+from bench.support.results import add_common_arguments, save, sized
 from shuttle.event_loop import run
 from shuttle.grpc_tracing import client_interceptors, server_interceptors, traced
 from shuttle.settings import Settings

@@ -20,7 +20,8 @@ from typing import Any
 import httpx2
 import openai
 
-from bench.support.results import Spread, add_common_arguments, save, sized
+from bench.support.results import add_common_arguments, save, sized
+from bench.support.spread import Spread
 from shuttle.llm.openai_model import OpenAIModel
 
 HISTORY_LENGTHS = (2, 50, 200)

@@ -21,8 +21,10 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+from bench.support.meters import CpuMeter
 from bench.support.react_support import calls_per_run, open_sides, scripted_stack
-from bench.support.results import CpuMeter, Spread, add_common_arguments, latency_summary, save
+from bench.support.results import add_common_arguments, save
+from bench.support.spread import Spread, latency_summary
 
 LATENCY_SECONDS = 0.2
 SERVICES = ("events", "tools", "executor")

@@ -26,7 +26,8 @@ from functools import partial
 
 from bench.peers.hops import hops_peer
 from bench.support.react_support import Sides, open_sides, run_over, scripted_stack, timed
-from bench.support.results import Spread, add_common_arguments, save, sized
+from bench.support.results import add_common_arguments, save, sized
+from bench.support.spread import Spread
 
 KS = (5, 20, 50)
 

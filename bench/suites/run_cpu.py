@@ -18,8 +18,9 @@ import statistics
 import time
 from typing import Any
 
+from bench.support.meters import CpuMeter
 from bench.support.react_support import open_sides, scripted_stack
-from bench.support.results import CpuMeter, add_common_arguments, save, sized
+from bench.support.results import add_common_arguments, save, sized
 
 SERVICES = ("events", "tools", "planner", "executor", "gateway")
 WARM_UP_RUNS = 5

@@ -21,9 +21,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from bench.support.meters import rss_bytes
 from bench.support.model_server import k_iterations_model
 from bench.support.react_support import STACK_ENV, run_request
-from bench.support.results import add_common_arguments, rss_bytes, save, sized
+from bench.support.results import add_common_arguments, save, sized
 from bench.support.sse_clients import wait_until
 from bench.support.stack import running_stack
 from shuttle.grpc_client import open_channel

@@ -28,7 +28,8 @@ from urllib.parse import urlsplit
 from bench.support.events_support import paced
 from bench.support.producer import Producer
 from bench.support.react_support import STACK_ENV
-from bench.support.results import add_common_arguments, latency_summary, save
+from bench.support.results import add_common_arguments, save
+from bench.support.spread import latency_summary
 from bench.support.sse_clients import (
     SseClient,
     close_all,

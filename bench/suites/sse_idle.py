@@ -19,17 +19,11 @@ import time
 from typing import Any
 
 from bench.support.events_support import free_port
+from bench.support.meters import CpuMeter, open_sockets, rss_bytes
 from bench.support.producer import Producer
 from bench.support.react_support import STACK_ENV
-from bench.support.results import (
-    CpuMeter,
-    add_common_arguments,
-    latency_summary,
-    open_sockets,
-    rss_bytes,
-    save,
-    sized,
-)
+from bench.support.results import add_common_arguments, save, sized
+from bench.support.spread import latency_summary
 from bench.support.sse_clients import (
     SseClient,
     close_all,

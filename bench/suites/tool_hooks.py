@@ -15,7 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.support.results import Spread, add_common_arguments, quantile, save, sized
+from bench.support.results import add_common_arguments, save, sized
+from bench.support.spread import Spread, quantile
 from services.tools.buckets import MemoryBuckets
 from services.tools.builtins.calculator import Calculator
 from services.tools.catalog import ToolRegistry
