@@ -21,8 +21,9 @@ from pathlib import Path
 
 from sqlalchemy import BigInteger, Column, MetaData, String, Table, Text, insert
 
-from bench.support.events_support import Backend, backends, events_service
+from bench.support.event_servers import events_service
 from bench.support.results import add_common_arguments, save, sized
+from bench.support.scratch_stores import Backend, backends
 from shuttle.db import create_engine
 from shuttle.envelope import type_value
 from shuttle.grpc_client import tenant_metadata

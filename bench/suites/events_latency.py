@@ -35,19 +35,13 @@ from typing import Any
 
 import grpc
 
-from bench.support.events_support import (
-    Backend,
-    Served,
-    backends,
-    events_service,
-    fanout_peer,
-    paced,
-    percentile,
-)
+from bench.support.event_servers import Served, events_service, fanout_peer
 from bench.support.meters import CpuMeter
+from bench.support.pacing import paced
 from bench.support.producer import AppendRefused, Producer
 from bench.support.results import add_common_arguments, save
-from bench.support.spread import latency_summary
+from bench.support.scratch_stores import Backend, backends
+from bench.support.spread import latency_summary, quantile
 from services.events.hot import MemoryHotTier
 from services.events.log import EventLog
 from services.events.migrate import migrate
@@ -255,8 +249,8 @@ def row(label: str, trial: Trial, expected: int) -> str:
     latencies = trial.latencies
     busy = "  ".join(f"{name} {share:4.0%}" for name, share in trial.busy.items())
     return (
-        f"{label:>5} p50 {percentile(latencies, 0.5):8.2f} ms  p99 "
-        f"{percentile(latencies, 0.99):8.2f} ms  emitted {trial.reached:6.0f}/s  "
+        f"{label:>5} p50 {quantile(latencies, 0.5):8.2f} ms  p99 "
+        f"{quantile(latencies, 0.99):8.2f} ms  emitted {trial.reached:6.0f}/s  "
         f"delivered {len(latencies)}/{expected}  busy: {busy}"
     )
 

@@ -25,7 +25,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.support.events_support import paced
+from bench.support.pacing import paced
 from bench.support.producer import Producer
 from bench.support.react_support import STACK_ENV
 from bench.support.results import add_common_arguments, save

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from bench.support.events_support import free_port
+from bench.support.event_servers import free_port
 from bench.support.meters import CpuMeter, open_sockets, rss_bytes
 from bench.support.producer import Producer
 from bench.support.react_support import STACK_ENV
