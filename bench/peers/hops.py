@@ -37,7 +37,7 @@ from typing import Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from bench.support.react_support import LLM_TIMEOUT_SECONDS, TOOLS, assistant_message
+from bench.peers.loops import LLM_TIMEOUT_SECONDS, TOOLS, assistant_message
 from services.tools.builtins.calculator import Calculator
 from shuttle.envelope import EPHEMERAL_TYPES, type_value
 from shuttle.event_loop import run

@@ -22,9 +22,10 @@ from functools import partial
 from typing import Any
 
 from bench.support.meters import CpuMeter
-from bench.support.react_support import calls_per_run, open_sides, scripted_stack
+from bench.support.react_sides import calls_per_run, open_sides
 from bench.support.results import add_common_arguments, save
 from bench.support.spread import Spread, latency_summary
+from bench.support.stack import scripted_stack
 
 LATENCY_SECONDS = 0.2
 SERVICES = ("events", "tools", "executor")

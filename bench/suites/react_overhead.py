@@ -25,9 +25,10 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 
 from bench.peers.hops import hops_peer
-from bench.support.react_support import Sides, open_sides, run_over, scripted_stack, timed
+from bench.support.react_sides import Sides, open_sides, run_over, timed
 from bench.support.results import add_common_arguments, save, sized
 from bench.support.spread import Spread
+from bench.support.stack import scripted_stack
 
 KS = (5, 20, 50)
 

@@ -19,8 +19,9 @@ import time
 from typing import Any
 
 from bench.support.meters import CpuMeter
-from bench.support.react_support import open_sides, scripted_stack
+from bench.support.react_sides import open_sides
 from bench.support.results import add_common_arguments, save, sized
+from bench.support.stack import scripted_stack
 
 SERVICES = ("events", "tools", "planner", "executor", "gateway")
 WARM_UP_RUNS = 5

@@ -23,10 +23,10 @@ from starlette.responses import Response
 
 from bench.support.meters import rss_bytes
 from bench.support.model_server import k_iterations_model
-from bench.support.react_support import STACK_ENV, run_request
+from bench.support.react_sides import run_request
 from bench.support.results import add_common_arguments, save, sized
 from bench.support.sse_clients import wait_until
-from bench.support.stack import running_stack
+from bench.support.stack import STACK_ENV, running_stack
 from shuttle.grpc_client import open_channel
 from shuttle.v1 import executor_pb2_grpc
 from tests.support.scripted_openai import ScriptedOpenAI

@@ -27,7 +27,6 @@ from urllib.parse import urlsplit
 
 from bench.support.pacing import paced
 from bench.support.producer import Producer
-from bench.support.react_support import STACK_ENV
 from bench.support.results import add_common_arguments, save
 from bench.support.spread import latency_summary
 from bench.support.sse_clients import (
@@ -38,7 +37,7 @@ from bench.support.sse_clients import (
     stamp,
     wait_until,
 )
-from bench.support.stack import running_stack
+from bench.support.stack import STACK_ENV, running_stack
 from shuttle.envelope import type_value
 from shuttle.grpc_client import open_channel, tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc

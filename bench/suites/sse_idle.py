@@ -21,7 +21,6 @@ from typing import Any
 from bench.support.event_servers import free_port
 from bench.support.meters import CpuMeter, open_sockets, rss_bytes
 from bench.support.producer import Producer
-from bench.support.react_support import STACK_ENV
 from bench.support.results import add_common_arguments, save, sized
 from bench.support.spread import latency_summary
 from bench.support.sse_clients import (
@@ -32,7 +31,7 @@ from bench.support.sse_clients import (
     stamp,
     wait_until,
 )
-from bench.support.stack import running_stack
+from bench.support.stack import STACK_ENV, running_stack
 from shuttle.grpc_client import open_channel
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
