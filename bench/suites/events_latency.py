@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import tempfile
 import time
@@ -42,6 +41,7 @@ from bench.support.producer import AppendRefused, Producer
 from bench.support.results import add_common_arguments, save
 from bench.support.scratch_stores import Backend, backends
 from bench.support.spread import latency_summary, quantile
+from bench.support.stamps import since, stamp
 from services.events.hot import MemoryHotTier
 from services.events.log import EventLog
 from services.events.migrate import migrate
@@ -83,15 +83,6 @@ class Trial:
 
 
 Runner = Callable[[int, float, int], Awaitable[Trial]]
-
-
-def stamp() -> str:
-    return json.dumps({"t": time.perf_counter_ns()})
-
-
-def since(payload_json: str) -> float:
-    sent: int = json.loads(payload_json)["t"]
-    return (time.perf_counter_ns() - sent) / 1e6
 
 
 async def peer(subscribers: int, rate: float, count: int) -> Trial:

@@ -28,10 +28,10 @@ from bench.support.sse_clients import (
     close_all,
     open_clients,
     raise_open_files_limit,
-    stamp,
     wait_until,
 )
 from bench.support.stack import STACK_ENV, running_stack
+from bench.support.stamps import stamp
 from shuttle.grpc_client import open_channel
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
