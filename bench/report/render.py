@@ -115,8 +115,9 @@ make bench                        # installs the `bench` extra, runs everything,
 .venv/bin/python -m bench.report  # re-render from var/bench/*.json without measuring
 ```
 
-Every benchmark also runs alone (`python -m bench.<name>`) and prints its table; `--json PATH`
-saves its figures, `--quick` picks small sizes, and each has size arguments (`--help`). The
+Every benchmark also runs alone (`python -m bench.suites.<module>`, e.g.
+`bench.suites.sse_idle`) and prints its table; `--json PATH` saves its figures, `--quick`
+picks small sizes, and each has size arguments (`--help`). The
 peers (`langgraph`, `langchain-openai`) and `matplotlib` come from the `bench` extra; the
 product never imports them. Figures measured on a machine shared with other work are noisy:
 compare columns of one run, not runs of different days.

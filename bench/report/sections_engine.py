@@ -33,7 +33,7 @@ def llm_overhead(ctx: Context) -> str:
     head = f"""## LLM client overhead vs. history length
 
 ```sh
-.venv/bin/python -m bench.llm_overhead --calls {calls}
+.venv/bin/python -m bench.suites.llm_overhead --calls {calls}
 ```
 
 Client time per chat call with an in-process HTTP transport that answers at once, so the
@@ -73,7 +73,7 @@ def react_overhead(ctx: Context) -> str:
     head = f"""## ReAct engine overhead per iteration
 
 ```sh
-.venv/bin/python -m bench.react_overhead --runs {runs}   # LangGraph from the `bench` extra
+.venv/bin/python -m bench.suites.react_overhead --runs {runs}   # LangGraph from the `bench` extra
 ```
 
 Shuttle runs as its real processes (events, tools, planner, executor, gateway; SQLite,
@@ -90,7 +90,7 @@ synthesis; LangGraph's prebuilt agent makes no synthesis call). The bare loops a
 uses the `openai` client's `chat.completions.create`, the other the model client the
 executor calls the model with (`shuttle.llm`, on its default aiohttp transport), so that the
 difference between it and Shuttle is what the engine, the services and the log add to the
-model calls. A third peer, the same hops on bare grpc.aio (`bench/hops_peer.py`), runs that
+model calls. A third peer, the same hops on bare grpc.aio (`bench/peers/hops.py`), runs that
 loop in a process of its own and makes Shuttle's calls across processes for each iteration:
 the tool call to a tool host, the run's events (as many and as large as Shuttle's, batched as
 its emitter batches them) over one AppendStream to a log that commits each batch to SQLite
@@ -99,8 +99,8 @@ validation, idempotency, tenancy, leases, hooks, audit, tracing or metrics. The 
 between it and the model-client loop is what the process layout costs by itself; the
 difference between Shuttle and it is what Shuttle's own code costs. All sides talk
 to one zero-latency scripted OpenAI-compatible server (a process of its own,
-`bench/model_server.py`); for each K the sides take turns run by run, so load from elsewhere
-falls on all of them alike. Figures are run time ÷ K:
+`bench/support/model_server.py`); for each K the sides take turns run by run, so load from
+elsewhere falls on all of them alike. Figures are run time ÷ K:
 median (p25–p75) of {runs} runs.
 """
     if figures is None:
@@ -147,8 +147,8 @@ the model call (SDK, HTTP) at about 23 % of its busy samples, the rest of the en
 policies, reporter, emitter) at about 8 %, and gRPC (the tool call, the Appends, relaying
 the log, and the library's compiled callbacks) at about 35 %; the section on CPU per run
 below gives what each process spends. Timed from inside the loop instead (timestamps around
-the model call and the tool batch, runs of K = 50 beside the bare loop, while writing this),
-the engine's own steps took 0.15 ms of an iteration; the model call took 2.7 ms (median)
+the model call and the tool batch, runs of K = 50 beside the bare loop, measured on their
+own), the engine's own steps took 0.15 ms of an iteration; the model call took 2.7 ms (median)
 where the bare loop's whole iteration took 1.5 ms, and the tool batch 2.1 ms where the same
 `ToolService.Execute` timed alone answers in 1.1 ms. What Shuttle adds per iteration is the
 tool's round trip and, on both waits, the two cores the iteration's log traffic (two Appends,
@@ -163,7 +163,7 @@ def react_concurrency(ctx: Context) -> str:
     head = f"""## Concurrent runs against a slow model
 
 ```sh
-.venv/bin/python -m bench.react_concurrency --counts 100 1000
+.venv/bin/python -m bench.suites.react_concurrency --counts 100 1000
 ```
 
 Every model call waits {latency_ms:.0f} ms before it answers, so a run of K tool rounds ideally
@@ -254,7 +254,7 @@ def _cpu_per_run(ctx: Context) -> str:
     head = """Where the time goes at 100 runs: CPU.
 
 ```sh
-.venv/bin/python -m bench.run_cpu --k 5 --runs 40
+.venv/bin/python -m bench.suites.run_cpu --k 5 --runs 40
 ```
 
 Runs of K = 5 tool rounds one after another against the zero-latency model; each process's
@@ -274,34 +274,36 @@ A run took {number(figures["wall_ms_median"], 1)} ms (median) of wall time, the 
 ideal wall time of 1.4 s at 200 ms per model call; the bare loop with the model server alone
 takes most of its wall time the same way. What is left to win is CPU per run: gRPC's cost
 per call (about 0.5 ms of server CPU for a bare unary call, 0.2 ms for a message on a stream,
-measured while building this, which is why runs append over one `AppendStream` call),
-SQLAlchemy executing statements, and the `openai` client in the executor.
+measured on their own, which is why runs append over one `AppendStream` call), SQLAlchemy
+executing statements, and the `openai` client in the executor.
 
 Every Shuttle process runs its event loop on uvloop (`SHUTTLE_EVENT_LOOP=auto`,
 `shuttle/event_loop.py`); the benchmark's own process, where the peers run, keeps asyncio's.
 With `SHUTTLE_EVENT_LOOP=asyncio` instead, the services spent 112.8 ms of CPU per run of
 K = 5 against 102.0 ms on uvloop, and a run took 89.5 against 82.9 ms of wall time (medians of
 three runs of 40 each, the two loops taking turns, on a machine whose reference loop took
-192–367 ms, while building this).
+192–367 ms).
 
 On a unary gRPC call, OpenTelemetry's interceptors cost 0.13 ms of CPU on each side against
-none (`python -m bench.grpc_tracing`). Under a trace nobody records, Shuttle's
+none (`python -m bench.suites.grpc_tracing`). Under a trace nobody records, Shuttle's
 (`shuttle/grpc_tracing.py`) pass the context on without building spans, which saves about half
-of that: server 0.547 → 0.480, client 0.394 → 0.341 ms per call. The SQLite writer and reader
-threads keep their connections instead of checking one out of the pool per transaction: a
-small write plus a read went from 0.79 to 0.65 ms of CPU. Both were measured while building
-this, on a machine whose reference loop took 167–179 ms.
+of that: 0.480 ms per call on the server against OpenTelemetry's 0.547, 0.341 on the client
+against 0.394. The SQLite writer and reader threads keep their connections instead of checking
+one out of the pool per transaction: a small write plus a read costs 0.65 ms of CPU, against
+0.79 ms with a connection checked out each time. Both measured on their own, on a machine
+whose reference loop took 167–179 ms.
 
 A run's batch of events lingers 5 ms after its oldest event (`SHUTTLE_EVENTS_LINGER_MS`,
 `services/executor/emitter.py`) unless it is full or the run flushes, so that the events
 before and after a fast tool call share one Append. Runs of 50 tool rounds at the
-zero-latency model went from 72 Appends to 46; the events service's CPU per iteration from
-2.97 to 2.29 ms, all Shuttle processes' from 9.08 to 8.20 ms (20 runs each way, taking turns,
-read over `Run`; 2.94 → 2.18 and 8.14 → 7.12 ms read with `StartRun` + `StreamBatches`).
-Wall time per iteration did not move beyond the noise (7.89 → 8.00 ms over `Run`,
-7.14 → 6.99 ms from the log), nor did 100 concurrent runs at 200 ms per model call
-(2.32 / 2.27× ideal before, 2.40 / 2.25× after), where tool calls queue for longer than the
-linger. Measured while building this, on a machine whose reference loop took 214–321 ms."""
+zero-latency model make 46 Appends with the linger and 72 without it
+(`SHUTTLE_EVENTS_LINGER_MS=0`); the events service's CPU per iteration is 2.29 ms against
+2.97, all Shuttle processes' 8.20 against 9.08 ms (20 runs each way, taking turns, read over
+`Run`; 2.18 against 2.94 and 7.12 against 8.14 ms read with `StartRun` + `StreamBatches`).
+Wall time per iteration is the same within the noise (8.00 against 7.89 ms over `Run`, 6.99
+against 7.14 ms from the log), and so is 100 concurrent runs' at 200 ms per model call
+(2.40 / 2.25× ideal against 2.32 / 2.27×), where tool calls queue for longer than the linger.
+Measured on their own, on a machine whose reference loop took 214–321 ms."""
 
 
 def _failures(rows: list[dict[str, Any]]) -> str:
@@ -328,7 +330,7 @@ def end_to_end(ctx: Context) -> str:
     head = f"""## One task end to end
 
 ```sh
-.venv/bin/python -m bench.end_to_end --runs {runs}
+.venv/bin/python -m bench.suites.end_to_end --runs {runs}
 ```
 
 One task (`What is 12*7?`: a tool call, an answer, a streamed synthesis and one calculator
@@ -352,8 +354,8 @@ against the same server.
     return f"""{head}
 {table([f"{runs} sequential runs", "p50", "p95", "p99"], rows)}
 
-Shuttle adds {number(ours["p50"] - bare["p50"], 1)} ms per task (median); profiles taken while
-building this put most of it in the workflow's first SQLite commits and the log's appends.
+Shuttle adds {number(ours["p50"] - bare["p50"], 1)} ms per task (median); profiles of the
+services put most of it in the workflow's first SQLite commits and the log's appends.
 {together["runs"]} concurrent tasks: {number(together["wall_s"], 2)} s wall,
 {number(together["runs_per_s"], 1)} tasks/s, {number(together["events_per_s"])} events/s delivered,
 p50 {number(together["run_ms"]["p50"])} ms per task. Resident memory after the runs: {memory}.
@@ -369,7 +371,7 @@ def tool_hooks(ctx: Context) -> str:
     head = f"""## Tool hook chain
 
 ```sh
-.venv/bin/python -m bench.tool_hooks --calls {calls}
+.venv/bin/python -m bench.suites.tool_hooks --calls {calls}
 ```
 
 The calculator through `ToolHost.execute` in one process, with no hooks and with the
@@ -391,7 +393,7 @@ def run_memory(ctx: Context) -> str:
     head = f"""## Memory per in-flight run
 
 ```sh
-.venv/bin/python -m bench.run_memory --runs {runs}
+.venv/bin/python -m bench.suites.run_memory --runs {runs}
 ```
 
 The five processes on the embedded defaults; the scripted model answers each run's first call
