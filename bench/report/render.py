@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.support.results import REFERENCE_LOOP_ADDITIONS
 
-from . import sections_engine, sections_events
+from . import sections_engine, sections_events, sections_runs
 from .aims import aims_table
 from .context import Context
 from .load import Results
@@ -21,8 +21,8 @@ from .markdown import number
 SECTIONS: tuple[Callable[[Context], str], ...] = (
     sections_engine.llm_overhead,
     sections_engine.react_overhead,
-    sections_engine.react_concurrency,
-    sections_engine.run_memory,
+    sections_runs.react_concurrency,
+    sections_runs.run_memory,
     sections_engine.end_to_end,
     sections_engine.tool_hooks,
     sections_events.events_append,
