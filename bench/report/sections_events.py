@@ -85,14 +85,14 @@ one thread at a time, so what counts is the time each step holds the interpreter
 (`services/events/bulk_insert.py`): SQLAlchemy building each inserted row's parameters took a
 quarter of that time (on the writer thread). Payloads are parsed with orjson (the standard
 parser decides what orjson refuses): validating them with `json` took about a tenth on the
-event loop. A labelled counter is updated once per batch and type names and values are
-looked up by dict: per event and through the protobuf enum, each took a few percent. With
-Redis, a batch goes in as one script call: a pipeline of one `XADD` per event, whose packing
-and replies the client handles in Python, took a third of the interpreter's time there.
-Against per-row parameters, `json` and one `XADD` per event, taking turns five times on one
-machine, this benchmark reaches 15.2k–19.7k events/s on SQLite against 9.6k–12.7k,
-10.2k–12.3k on PostgreSQL against 8.6k–10.2k, and 8.2k–10.4k on PostgreSQL + Redis against
-5.9k–7.6k (two turns).
+event loop. A labelled counter is updated once per event type and batch, and type names and
+values are looked up by dict: per event and through the protobuf enum, each took a few
+percent. With Redis, a batch goes in as one script call: a pipeline of one `XADD` per event,
+whose packing and replies the client handles in Python, took a third of the interpreter's
+time there. Against per-row parameters, `json` and one `XADD` per event, taking turns five
+times on one machine, this benchmark reaches 15.2k–19.7k events/s on SQLite against
+9.6k–12.7k, 10.2k–12.3k on PostgreSQL against 8.6k–10.2k, and 8.2k–10.4k on PostgreSQL +
+Redis against 5.9k–7.6k (two turns).
 """
 
 
