@@ -1,8 +1,9 @@
 """`python -m bench`: run the benchmark suite, save its figures, and render docs/benchmarks.md.
 
-Each benchmark runs as its own process (`python -m bench.<name> --json var/bench/<name>.json`)
-so no two share an event loop, a memory figure or an open-file limit. A benchmark that fails
-is reported and the others still run; the report renders whatever was saved.
+Each benchmark runs as its own process (`python -m bench.suites.<module> --json
+var/bench/<name>.json`) so no two share an event loop, a memory figure or an open-file limit.
+A benchmark that fails is reported and the others still run; the report renders whatever was
+saved.
 
     .venv/bin/python -m bench [--quick] [--only NAME ...] [--results var/bench]
 """
@@ -16,8 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.other_work import OtherWork
-from bench.other_work import record as record_other_work
+from bench.support.other_work import OtherWork
+from bench.support.other_work import record as record_other_work
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,26 +32,30 @@ class Benchmark:
 
 
 SUITE = (
-    Benchmark("llm_overhead", "bench.llm_overhead"),
-    Benchmark("react_overhead", "bench.react_overhead"),
-    Benchmark("react_concurrency", "bench.react_concurrency"),
-    Benchmark("run_cpu", "bench.run_cpu"),
-    Benchmark("end_to_end", "bench.end_to_end"),
-    Benchmark("tool_hooks", "bench.tool_hooks"),
-    Benchmark("events_append", "bench.events_append"),
-    Benchmark("events_append-batched", "bench.events_append", ("--batched",)),
-    Benchmark("events_latency-sqlite", "bench.events_latency"),
-    Benchmark("events_latency-pg", "bench.events_latency", ("--backend", "pg", "--grpc-only")),
-    Benchmark("events_latency-batched", "bench.events_latency", ("--batched", "--grpc-only")),
+    Benchmark("llm_overhead", "bench.suites.llm_overhead"),
+    Benchmark("react_overhead", "bench.suites.react_overhead"),
+    Benchmark("react_concurrency", "bench.suites.react_concurrency"),
+    Benchmark("run_cpu", "bench.suites.run_cpu"),
+    Benchmark("end_to_end", "bench.suites.end_to_end"),
+    Benchmark("tool_hooks", "bench.suites.tool_hooks"),
+    Benchmark("events_append", "bench.suites.events_append"),
+    Benchmark("events_append-batched", "bench.suites.events_append", ("--batched",)),
+    Benchmark("events_latency-sqlite", "bench.suites.events_latency"),
+    Benchmark(
+        "events_latency-pg", "bench.suites.events_latency", ("--backend", "pg", "--grpc-only")
+    ),
+    Benchmark(
+        "events_latency-batched", "bench.suites.events_latency", ("--batched", "--grpc-only")
+    ),
     Benchmark(
         "events_latency-pg-batched",
-        "bench.events_latency",
+        "bench.suites.events_latency",
         ("--backend", "pg", "--batched", "--grpc-only"),
     ),
-    Benchmark("events_latency-sequential", "bench.events_latency", ("--sequential",)),
-    Benchmark("sse_fanout", "bench.sse_fanout"),
-    Benchmark("sse_idle", "bench.sse_idle"),
-    Benchmark("run_memory", "bench.run_memory"),
+    Benchmark("events_latency-sequential", "bench.suites.events_latency", ("--sequential",)),
+    Benchmark("sse_fanout", "bench.suites.sse_fanout"),
+    Benchmark("sse_idle", "bench.suites.sse_idle"),
+    Benchmark("run_memory", "bench.suites.run_memory"),
 )
 
 

@@ -2,7 +2,7 @@
 
 Every process spends much of its time in the loop itself (callbacks, futures, the selector;
 gRPC's completion queue wakes it through a socket), and uvloop runs that part in C: runs of
-five tool rounds cost the services a tenth less CPU on it (`bench.run_cpu`, see
+five tool rounds cost the services a tenth less CPU on it (`bench.suites.run_cpu`, see
 docs/benchmarks.md). Its clock and timers go by milliseconds, so a paced wake-up due in
 0.1 ms (shuttle/paced_signal.py) comes at the next millisecond.
 """

@@ -5,7 +5,7 @@ process that exports nothing, a unary call made or served under a trace its call
 sample gets a span that no one records, yet the library still builds it (ids, attributes, a
 proxy of the servicer context, and on the client a wait for the call's status). On a unary
 call the library's interceptors cost 0.13 ms of CPU on each side; this shortcut saves about
-0.06 ms of it on each (`python -m bench.grpc_tracing`). For those calls the trace context is
+0.06 ms of it on each (`python -m bench.suites.grpc_tracing`). For those calls the trace context is
 only passed on: the client sends its current context and the server makes the caller's its
 own, so trace ids in events and log lines stay the same. Every other call (a sampled trace, a
 call with no trace yet, a process that exports) goes through the library's interceptors.

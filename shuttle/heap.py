@@ -10,7 +10,7 @@ def freeze_startup_heap(enabled: bool) -> None:
     collection. A full collection walks every tracked object, and a service's startup heap
     is most of them: with 100 readers of 1,000 events/s, the events service spent a tenth of
     its interpreter time collecting, and the readers' p99 latency was about halved by this
-    (bench.events_latency). Garbage is collected first, so none of it is kept."""
+    (bench.suites.events_latency). Garbage is collected first, so none of it is kept."""
     if enabled:
         gc.collect()
         gc.freeze()

@@ -10,8 +10,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..results import REFERENCE_LOOP_ADDITIONS
-from . import sections_engine, sections_events
+from bench.support.results import REFERENCE_LOOP_ADDITIONS
+
+from . import sections_engine, sections_events, sections_runs
 from .aims import aims_table
 from .context import Context
 from .load import Results
@@ -20,8 +21,8 @@ from .markdown import number
 SECTIONS: tuple[Callable[[Context], str], ...] = (
     sections_engine.llm_overhead,
     sections_engine.react_overhead,
-    sections_engine.react_concurrency,
-    sections_engine.run_memory,
+    sections_runs.react_concurrency,
+    sections_runs.run_memory,
     sections_engine.end_to_end,
     sections_engine.tool_hooks,
     sections_events.events_append,
@@ -114,8 +115,9 @@ make bench                        # installs the `bench` extra, runs everything,
 .venv/bin/python -m bench.report  # re-render from var/bench/*.json without measuring
 ```
 
-Every benchmark also runs alone (`python -m bench.<name>`) and prints its table; `--json PATH`
-saves its figures, `--quick` picks small sizes, and each has size arguments (`--help`). The
+Every benchmark also runs alone (`python -m bench.suites.<module>`, e.g.
+`bench.suites.sse_idle`) and prints its table; `--json PATH` saves its figures, `--quick`
+picks small sizes, and each has size arguments (`--help`). The
 peers (`langgraph`, `langchain-openai`) and `matplotlib` come from the `bench` extra; the
 product never imports them. Figures measured on a machine shared with other work are noisy:
 compare columns of one run, not runs of different days.

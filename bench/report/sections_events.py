@@ -23,7 +23,7 @@ def events_append(ctx: Context) -> str:
 ### Append throughput
 
 ```sh
-.venv/bin/python -m bench.events_append
+.venv/bin/python -m bench.suites.events_append
 ```
 
 {shape} (`PROGRESS`, ~110-byte payload), one producer and one live subscriber per workflow,
@@ -73,26 +73,26 @@ Subscribers on `StreamBatches` (`--batched`: several events per message, as the 
 {batched_table}
 
 Concurrent appends share one transaction (group commit: one writer per lane takes every
-queued batch, SQLite one lane, PostgreSQL sixteen), so the commit rate no longer bounds
+queued batch, SQLite one lane, PostgreSQL sixteen), so the commit rate does not bound
 single-event producers. With `Stream` subscribers the service's one event loop spends most of
-its time on gRPC's per-message cost of server streaming (a bare `grpc.aio` server moved
-~17,600 messages/s to 8 readers on this machine when measured while building this);
-`StreamBatches` sends a burst of events as one message.
+its time on gRPC's per-message cost of server streaming (a bare `grpc.aio` server, measured on
+its own, moves ~17,600 messages/s to 8 readers); `StreamBatches` sends a burst of events as
+one message.
 
 With `StreamBatches` readers the events service is the bottleneck, at one core: Python runs
 one thread at a time, so what counts is the time each step holds the interpreter
-(`py-spy record --gil` on the service). Profiled that way while building this, a quarter of it
-went to SQLAlchemy building each inserted row's parameters (on the writer thread); on the
-event loop, about a tenth went to validating payloads with `json`, and a few percent each to a
-labelled counter updated per event and to looking up type names and values through the
-protobuf enum. Rows now go in with one executemany of tuples
-(`services/events/bulk_insert.py`), payloads are parsed with orjson (the standard parser
-decides what orjson refuses), and the rest once per batch or by dict. With Redis, a batch is
-now added by one script call instead of a pipeline of one `XADD` per event, whose packing and
-replies the client handled in Python (a third of the interpreter's time there). The same
-benchmark, the previous and the new code taking turns five times on one machine: SQLite
-9.6k–12.7k → 15.2k–19.7k events/s, PostgreSQL 8.6k–10.2k → 10.2k–12.3k, PostgreSQL + Redis
-5.9k–7.6k → 8.2k–10.4k (two turns).
+(`py-spy record --gil` on the service). Rows go in with one executemany of tuples
+(`services/events/bulk_insert.py`): SQLAlchemy building each inserted row's parameters took a
+quarter of that time (on the writer thread). Payloads are parsed with orjson (the standard
+parser decides what orjson refuses): validating them with `json` took about a tenth on the
+event loop. A labelled counter is updated once per event type and batch, and type names and
+values are looked up by dict: per event and through the protobuf enum, each took a few
+percent. With Redis, a batch goes in as one script call: a pipeline of one `XADD` per event,
+whose packing and replies the client handles in Python, took a third of the interpreter's
+time there. Against per-row parameters, `json` and one `XADD` per event, taking turns five
+times on one machine, this benchmark reaches 15.2k–19.7k events/s on SQLite against
+9.6k–12.7k, 10.2k–12.3k on PostgreSQL against 8.6k–10.2k, and 8.2k–10.4k on PostgreSQL +
+Redis against 5.9k–7.6k (two turns).
 """
 
 
@@ -112,7 +112,7 @@ def events_latency(ctx: Context) -> str:
     head = """### Emit → subscriber latency (gRPC subscribers)
 
 ```sh
-.venv/bin/python -m bench.events_latency [--backend pg] [--sequential]
+.venv/bin/python -m bench.suites.events_latency [--backend pg] [--sequential]
 ```
 
 One workflow; the producer emits each event as its own append on schedule (without waiting
@@ -124,7 +124,7 @@ bare asyncio fan-out (a queue per subscriber). *log*: the `EventLog` in-process 
 gRPC. *grpc*: the events service as its own process, over gRPC, the appends over one
 `AppendStream` call as the executor's (`--unary`: one `Append` call each). *bare grpc*: the
 same subscribers and producer against a bare `grpc.aio` server of the same messages that keeps
-each log in a list (`bench/grpc_fanout_peer.py`: no SQL, no validation, no telemetry), which
+each log in a list (`bench/peers/grpc_fanout.py`: no SQL, no validation, no telemetry), which
 wakes its readers as the events service does; *unpaced*, on every append. p50 / p99.
 
 Readers of one log are woken in rounds (`shuttle/paced_signal.py`): the first change after a
@@ -136,9 +136,9 @@ messages a second, more than two cores serve; the unpaced column shows where tha
 Every process freezes its startup heap once it is serving (`SHUTTLE_GC_FREEZE`,
 `shuttle/heap.py`). Profiled with 100 `StreamBatches` readers of 1,000 events/s, the events
 service held the interpreter a tenth of the time for the garbage collector, whose full
-collections walked the whole startup heap; left out of them, the readers' p99 went from
-82–219 ms to 35–99 ms (three runs each way of 3,000 events on SQLite, measured while
-building this with `SHUTTLE_GC_FREEZE=false` against the default).
+collections walked the whole startup heap; left out of them, the readers' p99 is 35–99 ms,
+against 82–219 ms with `SHUTTLE_GC_FREEZE=false` (three runs each way of 3,000 events on
+SQLite, measured on their own).
 """
     parts = [head]
     for name, title in (
@@ -229,7 +229,7 @@ def sse_fanout(ctx: Context) -> str:
     head = """### Through the gateway to SSE clients
 
 ```sh
-.venv/bin/python -m bench.sse_fanout --clients 1 100 1000
+.venv/bin/python -m bench.suites.sse_fanout --clients 1 100 1000
 ```
 
 The five processes on the embedded defaults (SQLite, in-process hot tier). N SSE clients
@@ -277,8 +277,8 @@ which shares the two cores with the services.
 The gateway reads each event once and renders its frame once. While a workflow keeps
 changing, its clients are woken in paced rounds (`SHUTTLE_SSE_FANOUT_SECONDS_PER_CLIENT`,
 0.2 ms per client apart, at most 0.1 s; see the gRPC latency above), each taking what came
-meanwhile as one write, so 1,000 events/s to 100 clients, or 100 events/s to 1,000, no
-longer outrun the CPU. What pacing costs is a few milliseconds at middling loads, where
+meanwhile as one write, so 1,000 events/s to 100 clients, or 100 events/s to 1,000, do not
+outrun the CPU. What pacing costs is a few milliseconds at middling loads, where
 every change could still have been sent on its own; what still grows with clients is
 writing the shared bytes to each socket, in one Python process.
 """
@@ -289,7 +289,7 @@ def sse_idle(ctx: Context) -> str:
     head = """### Idle SSE connections per gateway process
 
 ```sh
-.venv/bin/python -m bench.sse_idle --connections 5000
+.venv/bin/python -m bench.suites.sse_idle --connections 5000
 ```
 
 The benchmark lifts its open-file limit to the hard limit (the services inherit it), then opens
@@ -334,12 +334,12 @@ a watcher of the workflow's feed. All clients of one workflow in a gateway proce
 `EventService.StreamBatches` call (`gateway/fanout.py`), so the events service holds one
 server stream, with one reader waiting on the in-process hot tier, however many clients
 there are. A bare Starlette app holding as many idle sse-starlette streams under uvicorn,
-measured in the same run, cost {number(bare_sse, 1)} KB each (`bench/sse_peer_server.py`):
+measured in the same run, cost {number(bare_sse, 1)} KB each (`bench/peers/sse_server.py`):
 of the gateway's {number(gateway_kb, 1)} KB, the other {number(gateway_kb - bare_sse, 1)} KB
 are FastAPI's request handling, the tenancy check and workflow lookup before the stream, and
 the watcher's generator. Were each client to hold its own upstream call instead, that call
 alone would add {number(bare_grpc, 1)} KB (idle `EventService.Stream` calls held by a bare
-`grpc.aio` client, `bench/grpc_stream_holder.py`).
+`grpc.aio` client, `bench/peers/grpc_stream_holder.py`).
 With the Redis hot tier (not measured here) each waiting reader in the events service (here:
 one per workflow and gateway process) also wakes once per `SHUTTLE_EVENTS_POLL_SECONDS` (1 s)
 without news, to read the workflow's row in SQL.

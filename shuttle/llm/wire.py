@@ -2,7 +2,7 @@
 
 The SDK's `chat.completions.create` walks every message through its TypedDict transform on
 each call, so client time grows with the history (12 ms at 50 messages, 40 ms at 200 in
-bench/llm_overhead.py). We build the JSON body ourselves — one orjson call — and hand the
+bench/suites/llm_overhead.py). We build the JSON body ourselves — one orjson call — and hand the
 bytes to the same client's `post`, which keeps its transport, auth and errors.
 """
 

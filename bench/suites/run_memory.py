@@ -6,7 +6,7 @@ benchmark releases it. Runs start over ExecutorService.StartRun in steps; after 
 once the model holds every started run's call, the benchmark reads each process's resident
 memory. Per run = (RSS with N held - RSS before) / N, after a few runs to warm caches.
 
-    .venv/bin/python -m bench.run_memory [--runs 500] [--quick] [--json PATH]
+    .venv/bin/python -m bench.suites.run_memory [--runs 500] [--quick] [--json PATH]
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from bench.support.meters import rss_bytes
+from bench.support.model_server import k_iterations_model
+from bench.support.react_sides import run_request
+from bench.support.results import add_common_arguments, save, sized
+from bench.support.sse_clients import wait_until
+from bench.support.stack import STACK_ENV, running_stack
 from shuttle.grpc_client import open_channel
 from shuttle.v1 import executor_pb2_grpc
 from tests.support.scripted_openai import ScriptedOpenAI
-
-from .model_server import k_iterations_model
-from .react_support import STACK_ENV, run_request
-from .results import add_common_arguments, rss_bytes, save, sized
-from .sse_clients import wait_until
-from .stack_support import running_stack
 
 STEPS = 4
 HELD_ROUND = 1

@@ -13,7 +13,8 @@ the workflow with one EventService.StreamBatches call for all of them (gateway/f
   append to the client holding the event's bytes, so it includes the SQL commit, the events
   service, the gateway and this process's own event loop.
 
-    .venv/bin/python -m bench.sse_fanout [--clients 1 100 1000] [--unary] [--quick] [--json PATH]
+    .venv/bin/python -m bench.suites.sse_fanout [--clients 1 100 1000] [--unary] [--quick]
+        [--json PATH]
 """
 
 from __future__ import annotations
@@ -24,23 +25,22 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from shuttle.envelope import type_value
-from shuttle.grpc_client import open_channel, tenant_metadata
-from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
-
-from .events_support import paced
-from .producer import Producer
-from .react_support import STACK_ENV
-from .results import add_common_arguments, latency_summary, save
-from .sse_clients import (
+from bench.support.pacing import paced
+from bench.support.producer import Producer
+from bench.support.results import add_common_arguments, save
+from bench.support.spread import latency_summary
+from bench.support.sse_clients import (
     SseClient,
     close_all,
     open_clients,
     raise_open_files_limit,
-    stamp,
     wait_until,
 )
-from .stack_support import running_stack
+from bench.support.stack import STACK_ENV, running_stack
+from bench.support.stamps import stamp
+from shuttle.envelope import type_value
+from shuttle.grpc_client import open_channel, tenant_metadata
+from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 TENANT = "default"  # the gateway's tenant with authentication off
 METADATA = tenant_metadata(TENANT)

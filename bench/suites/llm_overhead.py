@@ -5,7 +5,7 @@ Both send the same chat request through the same `openai` client class; the HTTP
 answers in-process with a canned completion, so the figure is client time only (building and
 encoding the request, parsing the reply), not network or server time.
 
-    .venv/bin/python -m bench.llm_overhead [--calls 200]
+    .venv/bin/python -m bench.suites.llm_overhead [--calls 200]
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 import httpx2
 import openai
 
+from bench.support.results import add_common_arguments, save, sized
+from bench.support.spread import Spread
 from shuttle.llm.openai_model import OpenAIModel
-
-from .results import Spread, add_common_arguments, save, sized
 
 HISTORY_LENGTHS = (2, 50, 200)
 

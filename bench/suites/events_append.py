@@ -5,7 +5,7 @@ Beside it, in the same process and on the same database, the peer: plain SQLAlch
 inserts of the same rows in the same batches with no seq counter, no gRPC and no readers,
 the floor any SQL-backed log pays.
 
-    .venv/bin/python -m bench.events_append [--workflows 8] [--batches 50] [--batch 100]
+    .venv/bin/python -m bench.suites.events_append [--workflows 8] [--batches 50] [--batch 100]
         [--batched]   (subscribers use StreamBatches instead of Stream)
 """
 
@@ -21,13 +21,13 @@ from pathlib import Path
 
 from sqlalchemy import BigInteger, Column, MetaData, String, Table, Text, insert
 
+from bench.support.event_servers import events_service
+from bench.support.results import add_common_arguments, save, sized
+from bench.support.scratch_stores import Backend, backends
 from shuttle.db import create_engine
 from shuttle.envelope import type_value
 from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
-
-from .events_support import Backend, backends, events_service
-from .results import add_common_arguments, save, sized
 
 TENANT = tenant_metadata("bench")
 PAYLOAD = json.dumps({"step": 1, "note": "x" * 80})

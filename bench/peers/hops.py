@@ -14,7 +14,7 @@ Three bare grpc.aio servers on Shuttle's own contracts, none of Shuttle's code i
 No validation, idempotency, tenancy, leases, command watches, hooks, audit, tracing, metrics
 or recovery: what Shuttle spends beyond this side is what those cost.
 
-    .venv/bin/python -m bench.hops_peer {events,tools,executor} PORT [ARGS]
+    .venv/bin/python -m bench.peers.hops {events,tools,executor} PORT [ARGS]
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from typing import Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from bench.peers.hops_run_log import AGENT, Appends, RunLog
+from bench.peers.loops import LLM_TIMEOUT_SECONDS, TOOLS, assistant_message
 from services.tools.builtins.calculator import Calculator
 from shuttle.envelope import EPHEMERAL_TYPES, type_value
 from shuttle.event_loop import run
@@ -52,13 +54,8 @@ from shuttle.v1 import (
 )
 from tests.support.stack import free_ports
 
-from .react_support import LLM_TIMEOUT_SECONDS, TOOLS, assistant_message
-
-LINGER_SECONDS = 0.005
-"""As Shuttle's emitter lingers by default (SHUTTLE_EVENTS_LINGER_MS)."""
 _EPHEMERAL = {type_value(name) for name in EPHEMERAL_TYPES}
 _STREAM_END = type_value("STREAM_END")
-AGENT = "agent-main"
 
 
 class Log:
@@ -148,88 +145,6 @@ class Tools:
     ) -> tools_pb2.ExecuteResponse:
         observation = await self._calculator.run(json.loads(request.arguments_json or "{}"))
         return tools_pb2.ExecuteResponse(call_id=request.call_id, observation=observation.text)
-
-
-class Appends:
-    """Every run's batches over one AppendStream, answered by id."""
-
-    def __init__(self, log: events_pb2_grpc.EventServiceAsyncStub) -> None:
-        self._log = log
-        self._outbox: asyncio.Queue[events_pb2.AppendCall] | None = None
-        self._waiting: dict[int, asyncio.Future[events_pb2.AppendAnswer]] = {}
-        self._ids = itertools.count(1)
-        self._reader: asyncio.Task[None] | None = None
-
-    async def append(self, workflow_id: str, drafts: list[common_pb2.EventDraft]) -> None:
-        if self._outbox is None:
-            self._outbox = asyncio.Queue()
-            self._reader = asyncio.create_task(self._read(self._outbox))
-        call_id = next(self._ids)
-        answer = self._waiting[call_id] = asyncio.get_running_loop().create_future()
-        request = events_pb2.AppendRequest(workflow_id=workflow_id, events=drafts)
-        self._outbox.put_nowait(events_pb2.AppendCall(id=call_id, request=request))
-        await answer
-
-    async def _read(self, outbox: asyncio.Queue[events_pb2.AppendCall]) -> None:
-        async def calls() -> AsyncIterator[events_pb2.AppendCall]:
-            while True:
-                yield await outbox.get()
-
-        try:
-            async for answer in self._log.AppendStream(calls()):
-                self._waiting.pop(answer.id).set_result(answer)
-        finally:
-            # A broken call fails its runs rather than leaving them waiting.
-            for waiting in self._waiting.values():
-                waiting.set_exception(RuntimeError("the peer's AppendStream ended"))
-            self._waiting.clear()
-
-
-class RunLog:
-    """One run's events, appended in order: a batch goes LINGER_SECONDS after its oldest
-    event was queued, or at once when the run closes, as Shuttle's emitter sends them."""
-
-    def __init__(self, appends: Appends, workflow_id: str) -> None:
-        self._appends = appends
-        self._workflow_id = workflow_id
-        self._queue: list[common_pb2.EventDraft] = []
-        self._oldest = 0.0
-        self._sender: asyncio.Task[None] | None = None
-        self._lingering: asyncio.Future[None] | None = None
-        self._closing = False
-
-    def emit(self, event_type: str, message: str, payload: dict[str, Any]) -> None:
-        draft = common_pb2.EventDraft(
-            type=type_value(event_type),
-            agent_id=AGENT,
-            message=message,
-            payload_json=json.dumps(payload),
-        )
-        if not self._queue:
-            self._oldest = asyncio.get_running_loop().time()
-        self._queue.append(draft)
-        if self._sender is None:
-            self._sender = asyncio.create_task(self._send())
-
-    async def close(self) -> None:
-        self._closing = True
-        if self._lingering is not None:
-            _finish(self._lingering)
-        while self._sender is not None:
-            await self._sender
-
-    async def _send(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._queue:
-            due = self._oldest + LINGER_SECONDS
-            if not self._closing and loop.time() < due:
-                self._lingering = loop.create_future()
-                timer = loop.call_at(due, _finish, self._lingering)
-                await self._lingering
-                timer.cancel()
-            batch, self._queue = self._queue, []
-            await self._appends.append(self._workflow_id, batch)
-        self._sender = None
 
 
 class Executor:
@@ -326,11 +241,6 @@ class Executor:
         return {"role": "tool", "tool_call_id": call_id, "content": response.observation}
 
 
-def _finish(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
 def _llm_output(output: str, started: float) -> dict[str, Any]:
     return {
         "output": output,
@@ -371,7 +281,7 @@ async def hops_peer(model_url: str) -> AsyncIterator[executor_pb2_grpc.ExecutorS
 
 def _spawn(args: list[str]) -> subprocess.Popen[str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.hops_peer", *args], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "bench.peers.hops", *args], stdout=subprocess.PIPE, text=True
     )
     assert process.stdout is not None
     if process.stdout.readline().strip() != "serving":

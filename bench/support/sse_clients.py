@@ -1,25 +1,18 @@
 """Many SSE clients in one asyncio process, on raw sockets, cheap enough to hold thousands.
 
 Each client sends one HTTP/1.0 GET (so the body is not chunked) and reads the stream line by
-line. An event whose payload carries `"t": <perf_counter_ns>` (see `stamp`) gives a latency
-sample: from that stamp to the moment its bytes arrived here.
+line. An event whose payload carries a stamp (`bench.support.stamps`) gives a latency sample:
+from that stamp to the moment its bytes arrived here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import resource
 import time
 from collections.abc import Callable
 
-STAMP = re.compile(rb'"t": ?(\d+)')
-
-
-def stamp() -> str:
-    """A payload carrying the time it was made, for the latency a client sees."""
-    return json.dumps({"t": time.perf_counter_ns()})
+from bench.support.stamps import STAMP
 
 
 def raise_open_files_limit() -> int:

@@ -1,5 +1,5 @@
 """How the benchmarks append: as the executor does, over one EventService.AppendStream call
-for the whole process (with `unary`, one Append call per batch, as before that RPC)."""
+for the whole process (with `unary`, one Append call per batch, to compare the two)."""
 
 from __future__ import annotations
 

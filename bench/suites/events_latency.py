@@ -13,10 +13,10 @@ after the other on the same machine:
   --unary one Append call each), on SQLite, or on PostgreSQL + Redis with --backend pg;
   with --batched its subscribers use StreamBatches;
 - bare grpc (SQLite runs only): the same gRPC subscribers and producer against
-  bench/grpc_fanout_peer.py, a bare grpc.aio server keeping each log in a list, its readers
+  bench/peers/grpc_fanout.py, a bare grpc.aio server keeping each log in a list, its readers
   woken as the events service wakes its own, and ("unpaced") on every append.
 
-    .venv/bin/python -m bench.events_latency [--backend sqlite|pg] [--batched] [--unary]
+    .venv/bin/python -m bench.suites.events_latency [--backend sqlite|pg] [--batched] [--unary]
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import tempfile
 import time
@@ -35,6 +34,14 @@ from typing import Any
 
 import grpc
 
+from bench.support.event_servers import Served, events_service, fanout_peer
+from bench.support.meters import CpuMeter
+from bench.support.pacing import paced
+from bench.support.producer import AppendRefused, Producer
+from bench.support.results import add_common_arguments, save
+from bench.support.scratch_stores import Backend, backends
+from bench.support.spread import latency_summary, quantile
+from bench.support.stamps import since, stamp
 from services.events.hot import MemoryHotTier
 from services.events.log import EventLog
 from services.events.migrate import migrate
@@ -47,18 +54,6 @@ from shuttle.grpc_client import tenant_metadata
 from shuttle.paced_signal import DEFAULT_SECONDS_PER_WAITER
 from shuttle.v1 import common_pb2, events_pb2
 
-from .events_support import (
-    Backend,
-    Served,
-    backends,
-    events_service,
-    fanout_peer,
-    paced,
-    percentile,
-)
-from .producer import AppendRefused, Producer
-from .results import CpuMeter, add_common_arguments, latency_summary, save
-
 TENANT_ID = "bench"
 TENANT = tenant_metadata(TENANT_ID)
 # (subscribers, events per second, events): the last two keep each run to a few seconds.
@@ -69,7 +64,7 @@ QUICK_CONFIGS = [(1, 1000, 300), (100, 1000, 200), (100, 100, 100), (1000, 100, 
 SEQUENTIAL = False
 # --batched: gRPC subscribers use StreamBatches (several events per message) instead of Stream.
 BATCHED = False
-# The bare gRPC fan-out (bench/grpc_fanout_peer.py), waking its readers as the events service
+# The bare gRPC fan-out (bench/peers/grpc_fanout.py), waking its readers as the events service
 # does, and on every append.
 PEERS = [("bare grpc", DEFAULT_SECONDS_PER_WAITER), ("bare grpc, unpaced", 0.0)]
 
@@ -88,15 +83,6 @@ class Trial:
 
 
 Runner = Callable[[int, float, int], Awaitable[Trial]]
-
-
-def stamp() -> str:
-    return json.dumps({"t": time.perf_counter_ns()})
-
-
-def since(payload_json: str) -> float:
-    sent: int = json.loads(payload_json)["t"]
-    return (time.perf_counter_ns() - sent) / 1e6
 
 
 async def peer(subscribers: int, rate: float, count: int) -> Trial:
@@ -254,8 +240,8 @@ def row(label: str, trial: Trial, expected: int) -> str:
     latencies = trial.latencies
     busy = "  ".join(f"{name} {share:4.0%}" for name, share in trial.busy.items())
     return (
-        f"{label:>5} p50 {percentile(latencies, 0.5):8.2f} ms  p99 "
-        f"{percentile(latencies, 0.99):8.2f} ms  emitted {trial.reached:6.0f}/s  "
+        f"{label:>5} p50 {quantile(latencies, 0.5):8.2f} ms  p99 "
+        f"{quantile(latencies, 0.99):8.2f} ms  emitted {trial.reached:6.0f}/s  "
         f"delivered {len(latencies)}/{expected}  busy: {busy}"
     )
 

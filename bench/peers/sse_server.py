@@ -4,7 +4,7 @@ Same server stack as the gateway (uvicorn, sse-starlette's EventSourceResponse w
 ping) without FastAPI's routing, tenancy or the gRPC stream behind each connection, so
 sse_idle can tell what the SSE layer alone costs per connection.
 
-    .venv/bin/python -m bench.sse_peer_server --port PORT
+    .venv/bin/python -m bench.peers.sse_server --port PORT
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ subscribers measure what gRPC in Python alone reaches on this machine. Readers a
 the events service wakes its own (`shuttle.paced_signal`, `--seconds-per-reader`), or on
 every append with 0.
 
-    .venv/bin/python -m bench.grpc_fanout_peer --port PORT [--seconds-per-reader S]
+    .venv/bin/python -m bench.peers.grpc_fanout --port PORT [--seconds-per-reader S]
 """
 
 from __future__ import annotations

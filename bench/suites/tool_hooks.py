@@ -4,7 +4,7 @@ Both sides run the calculator through ToolHost.execute in the same process; the 
 has the deployment defaults (read-only guard, truncation, audit row in SQLite) plus an
 in-process rate limiter, so the difference is the policy layer.
 
-    .venv/bin/python -m bench.tool_hooks [--calls 2000]
+    .venv/bin/python -m bench.suites.tool_hooks [--calls 2000]
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.support.results import add_common_arguments, save, sized
+from bench.support.spread import Spread, quantile
 from services.tools.buckets import MemoryBuckets
 from services.tools.builtins.calculator import Calculator
 from services.tools.catalog import ToolRegistry
@@ -25,8 +27,6 @@ from services.tools.hooks.rate_limit import RateLimitHook
 from services.tools.host import ToolCallRequest, ToolHost
 from shuttle.db import create_engine
 from shuttle.sql_transactions import writes_for
-
-from .results import Spread, add_common_arguments, quantile, save, sized
 
 
 async def timed(host: ToolHost, calls: int) -> list[float]:

@@ -8,12 +8,12 @@ STREAM_END: over ExecutorService.Run, which relays the log one event per message
 StartRun plus the log read in batches from the events service, as the gateway reads it.
 The bare loop (on the `openai` client, and on the model client the executor uses) and
 LangGraph's prebuilt ReAct agent call the calculator in-process. The hops peer
-(`bench/hops_peer.py`) makes a run's calls across processes as Shuttle does (tool calls,
+(`bench/peers/hops.py`) makes a run's calls across processes as Shuttle does (tool calls,
 Appends, the log relayed over Run) on bare grpc.aio servers: the layout's own cost.
 Each K is measured on every side in turn, round after round, so that noise from the machine
 falls on all sides alike.
 
-    .venv/bin/python -m bench.react_overhead [--runs 10] [--quick] [--json PATH]
+    .venv/bin/python -m bench.suites.react_overhead [--runs 10] [--quick] [--json PATH]
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ import statistics
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-from .hops_peer import hops_peer
-from .react_support import Sides, open_sides, run_over, scripted_stack, timed
-from .results import Spread, add_common_arguments, save, sized
+from bench.peers.hops import hops_peer
+from bench.support.react_sides import Sides, open_sides, run_over, timed
+from bench.support.results import add_common_arguments, save, sized
+from bench.support.spread import Spread
+from bench.support.stack import scripted_stack
 
 KS = (5, 20, 50)
 

@@ -3,7 +3,7 @@
 sse_idle runs it beside the gateway to tell how much of a gateway SSE connection is its gRPC
 stream: the same calls, with no HTTP, no SSE and no FastAPI around them. Prints one JSON line.
 
-    .venv/bin/python -m bench.grpc_stream_holder --target HOST:PORT --workflow ID --count N
+    .venv/bin/python -m bench.peers.grpc_stream_holder --target HOST:PORT --workflow ID --count N
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from typing import Any
 
 import grpc
 
+from bench.support.meters import rss_bytes
 from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
-
-from .results import rss_bytes
 
 SETTLE_SECONDS = 3.0
 

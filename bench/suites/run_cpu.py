@@ -7,7 +7,7 @@ measured runs, divided by their number; beside it the wall time per run, and the
 `openai` loop's wall time against the same model in this process as the peer. On two cores,
 the sum across processes is what bounds many concurrent runs.
 
-    .venv/bin/python -m bench.run_cpu [--k 5] [--runs 40] [--json PATH]
+    .venv/bin/python -m bench.suites.run_cpu [--k 5] [--runs 40] [--json PATH]
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import statistics
 import time
 from typing import Any
 
-from .react_support import open_sides, scripted_stack
-from .results import CpuMeter, add_common_arguments, save, sized
+from bench.support.meters import CpuMeter
+from bench.support.react_sides import open_sides
+from bench.support.results import add_common_arguments, save, sized
+from bench.support.stack import scripted_stack
 
 SERVICES = ("events", "tools", "planner", "executor", "gateway")
 WARM_UP_RUNS = 5

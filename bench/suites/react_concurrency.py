@@ -8,7 +8,7 @@ STREAM_END over ExecutorService.Run, and again with StartRun plus EventService.S
 `openai` client and with the model client the executor uses. The scripted model server shares
 this machine with all of them.
 
-    .venv/bin/python -m bench.react_concurrency [--counts 100 1000] [--quick] [--json PATH]
+    .venv/bin/python -m bench.suites.react_concurrency [--counts 100 1000] [--quick] [--json PATH]
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-from .react_support import calls_per_run, open_sides, scripted_stack
-from .results import CpuMeter, Spread, add_common_arguments, latency_summary, save
+from bench.support.meters import CpuMeter
+from bench.support.react_sides import calls_per_run, open_sides
+from bench.support.results import add_common_arguments, save
+from bench.support.spread import Spread, latency_summary
+from bench.support.stack import scripted_stack
 
 LATENCY_SECONDS = 0.2
 SERVICES = ("events", "tools", "executor")

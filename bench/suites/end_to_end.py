@@ -4,14 +4,13 @@ Both sides talk to the same zero-latency scripted OpenAI-compatible server and m
 three model calls (tool call, answer, streamed synthesis) plus one calculator call, so the
 difference is what Shuttle adds: five processes, gRPC hops, the durable log and SSE.
 
-    .venv/bin/python -m bench.end_to_end [--runs 50] [--concurrency 20]
+    .venv/bin/python -m bench.suites.end_to_end [--runs 50] [--concurrency 20]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import statistics
 import tempfile
 import time
@@ -21,13 +20,14 @@ from typing import Any
 import httpx
 import openai
 
+from bench.support.meters import rss_bytes
+from bench.support.results import add_common_arguments, save, sized
+from bench.support.spread import latency_summary
 from services.tools.builtins.calculator import Calculator
 from tests.support.models import arithmetic_model
 from tests.support.scripted_openai import ScriptedOpenAI
 from tests.support.sse import parse_frames
 from tests.support.stack import start_stack
-
-from .results import add_common_arguments, latency_summary, save, sized
 
 
 async def shuttle_run(client: httpx.AsyncClient) -> tuple[float, int]:
@@ -70,12 +70,6 @@ def percentiles(samples: list[float]) -> str:
     return f"p50 {q[49] * 1000:7.1f} ms   p95 {q[94] * 1000:7.1f} ms   p99 {q[98] * 1000:7.1f} ms"
 
 
-def rss_mb(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    found = re.search(r"VmRSS:\s+(\d+) kB", status)
-    return int(found.group(1)) / 1024 if found else float("nan")
-
-
 async def main(args: argparse.Namespace) -> None:
     runs = sized(args.runs, args.quick, full=50, small=10)
     concurrency = sized(args.concurrency, args.quick, full=20, small=5)
@@ -89,7 +83,7 @@ async def main(args: argparse.Namespace) -> None:
                 started = time.perf_counter()
                 together = await asyncio.gather(*(shuttle_run(client) for _ in range(concurrency)))
                 wall = time.perf_counter() - started
-            memory = {n: rss_mb(p.pid) for n, p in stack.supervisor.processes.items()}
+            memory = {n: rss_bytes(p.pid) / 2**20 for n, p in stack.supervisor.processes.items()}
         finally:
             stack.stop()
     bare_client = openai.AsyncOpenAI(base_url=model.base_url, api_key="k", max_retries=0)

@@ -4,7 +4,7 @@ The server answers a fixed `ToolService.Execute` response in a process of its ow
 from /proc); the client calls it one call after another under an unsampled trace in a
 process that exports nothing, as every Shuttle service does on its defaults. Sides take turns.
 
-    .venv/bin/python -m bench.grpc_tracing [--calls 3000] [--turns 3]
+    .venv/bin/python -m bench.suites.grpc_tracing [--calls 3000] [--turns 3]
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_serv
 from opentelemetry.propagate import extract
 from opentelemetry.sdk.trace import TracerProvider
 
+from bench.support.meters import cpu_seconds
+from bench.support.results import add_common_arguments, save, sized
 from shuttle.event_loop import run
 from shuttle.grpc_tracing import client_interceptors, server_interceptors, traced
 from shuttle.settings import Settings
 from shuttle.telemetry import configure_tracing
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
-
-from .results import add_common_arguments, cpu_seconds, save, sized
 
 SIDES = ("none", "OpenTelemetry", "Shuttle")
 UNSAMPLED_CALLER = {"traceparent": f"00-{'ab' * 16}-{'cd' * 8}-00"}

@@ -2,7 +2,7 @@
 
 Prints `port <N>` once it listens and serves until stdin closes (its parent exited) or SIGTERM.
 
-    .venv/bin/python -m bench.model_server [--latency SECONDS]
+    .venv/bin/python -m bench.support.model_server [--latency SECONDS]
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class ModelProcess:
 def model_process(latency_seconds: float = 0.0) -> Iterator[ModelProcess]:
     """The scripted model as a child process, stopped on exit."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.model_server", "--latency", str(latency_seconds)],
+        [sys.executable, "-m", "bench.support.model_server", "--latency", str(latency_seconds)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

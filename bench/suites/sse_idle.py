@@ -6,7 +6,7 @@ in steps, reading the gateway's and the events service's resident memory and ope
 after each step. With all N open and idle it reads both processes' CPU over a few seconds,
 then appends one event and times its arrival at every client.
 
-    .venv/bin/python -m bench.sse_idle [--connections 5000] [--quick] [--json PATH]
+    .venv/bin/python -m bench.suites.sse_idle [--connections 5000] [--quick] [--json PATH]
 """
 
 from __future__ import annotations
@@ -18,31 +18,24 @@ import sys
 import time
 from typing import Any
 
-from shuttle.grpc_client import open_channel
-from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
-
-from .events_support import free_port
-from .producer import Producer
-from .react_support import STACK_ENV
-from .results import (
-    CpuMeter,
-    add_common_arguments,
-    latency_summary,
-    open_sockets,
-    rss_bytes,
-    save,
-    sized,
-)
-from .sse_clients import (
+from bench.support.event_servers import free_port
+from bench.support.meters import CpuMeter, open_sockets, rss_bytes
+from bench.support.producer import Producer
+from bench.support.results import add_common_arguments, save, sized
+from bench.support.spread import latency_summary
+from bench.support.sse_clients import (
     SseClient,
     close_all,
     open_clients,
     raise_open_files_limit,
-    stamp,
     wait_until,
 )
+from bench.support.stack import STACK_ENV, running_stack
+from bench.support.stamps import stamp
+from shuttle.grpc_client import open_channel
+from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
+
 from .sse_fanout import METADATA, PROGRESS, TENANT, Fanout
-from .stack_support import running_stack
 
 IDLE_WINDOW_SECONDS = 5.0
 STEPS = 5
@@ -66,7 +59,7 @@ async def grpc_streams_alone(port: int, workflow_id: str, count: int) -> float:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "bench.grpc_stream_holder",
+        "bench.peers.grpc_stream_holder",
         *("--target", f"127.0.0.1:{port}", "--workflow", workflow_id),
         *("--tenant", TENANT, "--count", str(count)),
         stdout=asyncio.subprocess.PIPE,
@@ -79,10 +72,10 @@ async def grpc_streams_alone(port: int, workflow_id: str, count: int) -> float:
 
 
 async def bare_sse_per_connection(count: int) -> float:
-    """Bytes per idle stream in a bare sse-starlette server (bench.sse_peer_server)."""
+    """Bytes per idle stream in a bare sse-starlette server (bench.peers.sse_server)."""
     port = free_port()
     server = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.sse_peer_server", "--port", str(port)
+        sys.executable, "-m", "bench.peers.sse_server", "--port", str(port)
     )
     try:
         # One stream first, so imports and buffers every stream shares are in the baseline.

@@ -1,0 +1,218 @@
+"""Report sections on many runs: concurrent runs against a slow model, the CPU each run costs,
+and the memory each run in flight holds."""
+
+# ruff: noqa: RUF001  (the rendered markdown uses typographic multiplication and dashes)
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import charts
+from .context import Context, missing
+from .markdown import number, table
+from .sides import PEER_LOOPS, SHUTTLE_SIDES, SIDES
+
+
+def react_concurrency(ctx: Context) -> str:
+    figures = ctx.results.figures("react_concurrency")
+    settings = ctx.results.settings("react_concurrency")
+    latency_ms = float(settings.get("latency_s", 0.2)) * 1000
+    head = f"""## Concurrent runs against a slow model
+
+```sh
+.venv/bin/python -m bench.suites.react_concurrency --counts 100 1000
+```
+
+Every model call waits {latency_ms:.0f} ms before it answers, so a run of K tool rounds ideally
+takes (K + 2) × {latency_ms:.0f} ms however many run at once. All runs start together; wall is
+until the last one's `STREAM_END`. Shuttle is the five processes on the embedded defaults
+(SQLite, in-process hot tier), runs in the STANDARD mode as above, read both ways; the peers
+are the same conversation with a bare `openai` client and with Shuttle's own model client.
+The executor calls the model through the same SDK on its aiohttp transport
+(`SHUTTLE_LLM_HTTP_CLIENT`, the default), as the second peer does; the bare `openai` client
+keeps the SDK's default, httpx, whose pool walks every open connection on each request and
+each response (`SHUTTLE_LLM_HTTP_CLIENT=httpx` measures Shuttle on it too). The scripted
+model server (its own process), the peers and every Shuttle process share the same two
+cores, so the loop on Shuttle's model client shows what this machine manages with no engine,
+services or log at all. Up to 100
+runs: median (min–max) over {settings.get("repeats", "N")} trial(s); larger counts run once.
+"""
+    if figures is None:
+        return head + "\n" + missing("react_concurrency")
+    rows = []
+    for r in figures["rows"]:
+        for side in (*SHUTTLE_SIDES, *PEER_LOOPS):
+            if side not in r:
+                continue
+            s = r[side]
+            wall = s["wall_s"]
+            runs = s["trials"][-1]["run_s"]
+            rows.append(
+                [
+                    f"{r['count']:,}",
+                    str(r["k"]),
+                    number(r["ideal_s"], 2),
+                    SIDES[side],
+                    f"{number(wall['median'], 2)} "
+                    f"({number(wall['low'], 2)}–{number(wall['high'], 2)})",
+                    number(s["x_ideal"]["median"], 2),
+                    f"{number(runs['p50'], 2)} / {number(runs['p95'], 2)}",
+                    str(s["failed"]),
+                ]
+            )
+    headers = [
+        "runs",
+        "K",
+        "ideal (s)",
+        "side",
+        "wall (s)",
+        "× ideal",
+        "one run p50 / p95, last trial (s)",
+        "failed",
+    ]
+    chart = ctx.chart("react_concurrency", charts.react_concurrency, figures, "wall ÷ ideal")
+    return f"""{head}
+{table(headers, rows, "rrrlrrrr")}
+{_failures(figures["rows"])}
+{chart}
+{_busiest(figures["rows"])}
+{_cpu_per_run(ctx)}
+"""
+
+
+def _busiest(rows: list[dict[str, Any]]) -> str:
+    """Each process's CPU over the last trial at 100 runs: which one sets the pace."""
+    row = next((r for r in rows if r["count"] == 100), None)
+    if row is None:
+        return ""
+    lines = []
+    for side in (*SHUTTLE_SIDES, *PEER_LOOPS):
+        trial = row[side]["trials"][-1] if side in row else None
+        if trial is None or "cpu_s" not in trial:
+            continue
+        wall = trial["wall_s"]
+        used = ", ".join(
+            f"{name} {number(seconds, 2)} s ({seconds / wall * 100:.0f} % of a core)"
+            for name, seconds in trial["cpu_s"].items()
+            if seconds >= 0.005
+        )
+        lines.append(f"- {SIDES[side]}, {number(wall, 2)} s: {used}")
+    if not lines:
+        return ""
+    return (
+        '\nCPU each process used during the last trial of 100 runs ("clients" is the '
+        "benchmark's own process, where either side's callers run):\n\n" + "\n".join(lines) + "\n"
+    )
+
+
+def _cpu_per_run(ctx: Context) -> str:
+    """Where the time goes at 100 runs: the CPU one run costs each process (`run_cpu`)."""
+    figures = ctx.results.figures("run_cpu")
+    head = """Where the time goes at 100 runs: CPU.
+
+```sh
+.venv/bin/python -m bench.suites.run_cpu --k 5 --runs 40
+```
+
+Runs of K = 5 tool rounds one after another against the zero-latency model; each process's
+CPU (user and system, all threads, from /proc) over the measured runs, per run."""
+    if figures is None:
+        return head + "\n\n" + missing("run_cpu")
+    rows = [[name, number(ms, 1)] for name, ms in figures["cpu_ms_per_run"].items() if ms >= 0.05]
+    rows.append(["all Shuttle processes", number(figures["cpu_ms_per_run_total"], 1)])
+    hundred_s = figures["cpu_ms_per_run_total"] / 10  # 100 runs, in seconds of CPU
+    return f"""{head}
+
+{table(["process", "ms of CPU per run"], rows)}
+
+A run took {number(figures["wall_ms_median"], 1)} ms (median) of wall time, the bare loop
+{number(figures["bare_wall_ms_median"], 1)} ms. A hundred such runs need
+{number(hundred_s, 1)} s of CPU, {number(hundred_s / 2, 1)} s of both cores at best, against an
+ideal wall time of 1.4 s at 200 ms per model call; the bare loop with the model server alone
+takes most of its wall time the same way. What is left to win is CPU per run: gRPC's cost
+per call (about 0.5 ms of server CPU for a bare unary call, 0.2 ms for a message on a stream,
+measured on their own, which is why runs append over one `AppendStream` call), SQLAlchemy
+executing statements, and the `openai` client in the executor.
+
+Every Shuttle process runs its event loop on uvloop (`SHUTTLE_EVENT_LOOP=auto`,
+`shuttle/event_loop.py`); the benchmark's own process, where the peers run, keeps asyncio's.
+With `SHUTTLE_EVENT_LOOP=asyncio` instead, the services spent 112.8 ms of CPU per run of
+K = 5 against 102.0 ms on uvloop, and a run took 89.5 against 82.9 ms of wall time (medians of
+three runs of 40 each, the two loops taking turns, on a machine whose reference loop took
+192–367 ms).
+
+On a unary gRPC call, OpenTelemetry's interceptors cost 0.13 ms of CPU on each side against
+none (`python -m bench.suites.grpc_tracing`). Under a trace nobody records, Shuttle's
+(`shuttle/grpc_tracing.py`) pass the context on without building spans, which saves about half
+of that: 0.480 ms per call on the server against OpenTelemetry's 0.547, 0.341 on the client
+against 0.394. The SQLite writer and reader threads keep their connections instead of checking
+one out of the pool per transaction: a small write plus a read costs 0.65 ms of CPU, against
+0.79 ms with a connection checked out each time. Both measured on their own, on a machine
+whose reference loop took 167–179 ms.
+
+A run's batch of events lingers 5 ms after its oldest event (`SHUTTLE_EVENTS_LINGER_MS`,
+`services/executor/emitter.py`) unless it is full or the run flushes, so that the events
+before and after a fast tool call share one Append. Runs of 50 tool rounds at the
+zero-latency model make 46 Appends with the linger and 72 without it
+(`SHUTTLE_EVENTS_LINGER_MS=0`); the events service's CPU per iteration is 2.29 ms against
+2.97, all Shuttle processes' 8.20 against 9.08 ms (20 runs each way, taking turns, read over
+`Run`; 2.18 against 2.94 and 7.12 against 8.14 ms read with `StartRun` + `StreamBatches`).
+Wall time per iteration is the same within the noise (8.00 against 7.89 ms over `Run`, 6.99
+against 7.14 ms from the log), and so is 100 concurrent runs' at 200 ms per model call
+(2.40 / 2.25× ideal against 2.32 / 2.27×), where tool calls queue for longer than the linger.
+Measured on their own, on a machine whose reference loop took 214–321 ms."""
+
+
+def _failures(rows: list[dict[str, Any]]) -> str:
+    """What the failed runs said, so a failure count is never a bare number."""
+    notes = []
+    for r in rows:
+        for side in (*SHUTTLE_SIDES, *PEER_LOOPS):
+            s = r.get(side)
+            if not s or not s["failed"]:
+                continue
+            first = next(t["first_failure"] for t in s["trials"] if t["first_failure"])
+            reason = " ".join(first.split())[:160]
+            notes.append(
+                f"- {r['count']:,} runs, {SIDES[side]}: {s['failed']:,} failed, e.g. `{reason}`"
+            )
+    if not notes:
+        return ""
+    return "\nFailed runs (counted, not retried):\n\n" + "\n".join(notes) + "\n"
+
+
+def run_memory(ctx: Context) -> str:
+    figures = ctx.results.figures("run_memory")
+    runs = ctx.results.settings("run_memory").get("runs", "N")
+    head = f"""## Memory per in-flight run
+
+```sh
+.venv/bin/python -m bench.suites.run_memory --runs {runs}
+```
+
+The five processes on the embedded defaults; the scripted model answers each run's first call
+with a calculator call and then holds its second call, so every run is mid-iteration with one
+tool round in its history. Runs start over `ExecutorService.StartRun` in four steps; after
+each, once the model holds every started run's call, the benchmark reads each process's
+resident memory. A few complete runs first warm imports and pools into the baseline. Each
+in-flight run is, in the executor, a task with its conversation, an HTTP request to the
+model, and a watch on the process's one command stream (`EventService.FollowCommands`:
+pause, cancel, interrupts); in the events service, the task following that watch.
+"""
+    if figures is None:
+        return head + "\n" + missing("run_memory")
+    per_run, slope = figures["per_run_bytes"], figures["slope_bytes"]
+    rows = [
+        [name, number(per_run[name] / 1024, 1), number(slope[name] / 1024, 1)] for name in per_run
+    ]
+    chart = ctx.chart("run_memory", charts.run_memory, figures, "memory added by runs held")
+    held = figures["runs"]
+    return f"""{head}
+{table(["process", f"KB per run ({held} held − none)", "KB per run (slope)"], rows)}
+
+{chart}
+
+Resident memory counts what Python's allocator has taken from the system, so these figures
+are upper bounds of what a run holds; they include each run's share of buffers that grow in
+steps (gRPC, the HTTP connection pool).
+"""

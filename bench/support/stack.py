@@ -1,0 +1,42 @@
+"""The five Shuttle processes for a benchmark, on the embedded defaults, in a scratch dir."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from bench.support.model_server import ModelProcess, model_process
+from tests.support.stack import Stack, start_stack
+
+# Guards that add model calls would make the sides' call counts differ; the gateway's
+# per-client request limit would refuse a benchmark's many connections from one address.
+STACK_ENV = {
+    "SHUTTLE_REACT_COMPLETION_CHECK": "false",
+    "SHUTTLE_LOG_LEVEL": "WARNING",
+    "SHUTTLE_MAX_ITERATIONS": "100",
+    "SHUTTLE_RATE_LIMIT": "1000000/minute",
+}
+
+
+@contextlib.contextmanager
+def running_stack(env: dict[str, str], openai_base_url: str = "") -> Iterator[Stack]:
+    """All five processes; an empty `openai_base_url` means the offline demo model."""
+    with tempfile.TemporaryDirectory() as data_dir:
+        stack = start_stack(Path(data_dir), openai_base_url, extra_env=env)
+        try:
+            yield stack
+        finally:
+            stack.stop()
+
+
+@contextlib.contextmanager
+def scripted_stack(latency_seconds: float = 0.0) -> Iterator[tuple[ModelProcess, Stack]]:
+    """The K-iterations model in its own process and the five Shuttle processes (SQLite,
+    in-process hot tier)."""
+    with (
+        model_process(latency_seconds) as model,
+        running_stack(STACK_ENV, model.base_url) as stack,
+    ):
+        yield model, stack
