@@ -1,22 +1,106 @@
-"""The request-reads analysis (tests/support/request_reads.py) on servicers small enough
-to see what it must find: a field left unread, a stream followed into nested messages, a
-oneof branch, a request the analysis cannot follow."""
+"""Every field of every request in proto/shuttle/v1 is read by the servicer that serves it.
+
+A field the servicer never reads is accepted from every caller and silently dropped: the
+caller believes it asked for something that never happens. Each RPC's handler is checked
+for every field of its request message (and of the `shuttle.v1` messages inside it, such as
+`AppendRequest.events[].type`); a field may stay unread only on `RESERVED`, with its reason,
+and an entry there that is read or no longer exists fails too, so the list cannot rot.
+
+The handlers are read, not run (tests/support/request_reads.py): the analysis sees every
+branch, where a recording proxy passed to a running servicer would see only the branches
+a given request takes (a field read only on an error path, or only for a non-empty
+history, would look unread), and would need each service's real backends to get that far.
+The price of reading is that the request can go where the analysis cannot follow (stored
+on an object, handed to a library); each such place fails the RPC's test, naming it.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import AsyncIterable, AsyncIterator
+from pathlib import Path
 
-from google.protobuf.descriptor import MethodDescriptor
+import pytest
+from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 
+from services.events.grpc_api import EventServiceServicer
+from services.executor.grpc_api import ExecutorServicer
+from services.planner.grpc_api import PlannerServicer
+from services.tools.grpc_api import ToolServiceServicer
 from shuttle.v1 import events_pb2, executor_pb2
-from tests.support.request_reads import request_reads, unread_fields
+from tests.support.request_reads import field_paths, request_reads, unread_fields
+
+PROTO_DIR = Path(__file__).resolve().parents[2] / "proto" / "shuttle" / "v1"
+
+SERVICERS: dict[str, type] = {
+    "shuttle.v1.EventService": EventServiceServicer,
+    "shuttle.v1.ExecutorService": ExecutorServicer,
+    "shuttle.v1.PlannerService": PlannerServicer,
+    "shuttle.v1.ToolService": ToolServiceServicer,
+}
+NOT_SERVED: dict[str, str] = {
+    "shuttle.v1.ToolProvider": "served by the external tool providers that the tools service "
+    "calls; Shuttle is only its client",
+}
+
+_TEXT_TURNS = (
+    "history holds the session's earlier turns as text (a user or assistant role and its "
+    "content, as the gateway sends them); ChatMessage's {field} belongs to the tool loop's "
+    "messages (PlannerService.StructuredCall) and a past turn carries none"
+)
+RESERVED: dict[tuple[str, str], str] = {
+    (rpc, f"history.{field}"): _TEXT_TURNS.format(field=field)
+    for rpc in ("ExecutorService.StartRun", "ExecutorService.Run")
+    for field in ("name", "tool_call_id", "tool_calls")
+}
+"""Fields an RPC accepts and does not read, by RPC and dotted path, with the reason."""
 
 
-def _unread(rpc: MethodDescriptor, servicer: type) -> list[str]:
+def _services() -> list[ServiceDescriptor]:
+    files = sorted(PROTO_DIR.glob("*.proto"))
+    modules = [importlib.import_module(f"shuttle.v1.{path.stem}_pb2") for path in files]
+    return [service for m in modules for service in m.DESCRIPTOR.services_by_name.values()]
+
+
+def _rpc_name(rpc: MethodDescriptor) -> str:
+    return f"{rpc.containing_service.name}.{rpc.name}"
+
+
+RPCS = [rpc for s in _services() if s.full_name in SERVICERS for rpc in s.methods]
+
+
+def _unread(rpc: MethodDescriptor, servicer: type | None = None) -> list[str]:
+    servicer = servicer or SERVICERS[rpc.containing_service.full_name]
     reads = request_reads(servicer, rpc)
-    assert not reads.lost, f"the analysis loses the request: {reads.lost}"
+    assert not reads.lost, f"the analysis loses {_rpc_name(rpc)}'s request: {reads.lost}"
     return [".".join(path) for path in unread_fields(rpc.input_type, reads)]
 
+
+def test_every_service_has_its_servicer_or_the_reason_it_has_none() -> None:
+    names = [service.full_name for service in _services()]
+    assert sorted(names) == sorted([*SERVICERS, *NOT_SERVED])
+
+
+@pytest.mark.parametrize("rpc", RPCS, ids=_rpc_name)
+def test_the_servicer_reads_every_field_of_the_request(rpc: MethodDescriptor) -> None:
+    unread = [f for f in _unread(rpc) if (_rpc_name(rpc), f) not in RESERVED]
+    assert not unread, (
+        f"{_rpc_name(rpc)} accepts {rpc.input_type.name} fields it never reads: "
+        f"{', '.join(unread)}; read them, or list them in RESERVED with the reason"
+    )
+
+
+def test_every_reserved_field_exists_and_is_still_unread() -> None:
+    rpcs = {_rpc_name(rpc): rpc for rpc in RPCS}
+    for rpc_name, field in RESERVED:
+        rpc = rpcs.get(rpc_name)
+        assert rpc is not None, f"RESERVED names {rpc_name}, which no servicer serves"
+        paths = {".".join(path) for path in field_paths(rpc.input_type)}
+        assert field in paths, f"RESERVED names {rpc_name}'s {field}, which no longer exists"
+        assert field in _unread(rpc), f"{rpc_name} reads {field}: take it off RESERVED"
+
+
+# The analysis itself, on servicers small enough to see what it must find.
 
 _GET_RUN = executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"].methods_by_name["GetRun"]
 _EVENTS = events_pb2.DESCRIPTOR.services_by_name["EventService"]
