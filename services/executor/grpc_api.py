@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 
@@ -76,6 +78,13 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
                     "'user' or 'assistant' messages",
                 )
             history.append({"role": message.role, "content": message.content})
+        task_context = _task_context(request.context_json)
+        if task_context is None:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "context_json must be a JSON object (or empty for none)",
+            )
+            raise AssertionError("unreachable")
         run = RunRequest(
             query=request.query,
             tenant_id=request.tenant_id,
@@ -84,9 +93,14 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             mode=_MODE_NAMES.get(request.mode, ""),
             budget_tokens=request.budget_tokens,
             history=tuple(history),
+            model=request.model,
+            context=task_context,
         )
         try:
             return await self._runs.start(run)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
         except grpc.aio.AioRpcError as exc:
             await _abort_from(context, exc)
             raise
@@ -181,6 +195,17 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             await _abort_append(context, exc)
             raise
         return executor_pb2.InterruptResponse(accepted=True)
+
+
+def _task_context(context_json: str) -> dict[str, Any] | None:
+    """The request's context as an object ({} when empty); None when it is not one."""
+    if not context_json.strip():
+        return {}
+    try:
+        parsed = json.loads(context_json)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 async def _require_workflow_id(workflow_id: str, context: Context) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -120,6 +120,10 @@ class RunRequest:
     """This run's token budget; 0 keeps the deployment's default."""
     history: tuple[Message, ...] = ()
     """Earlier turns of the run's session, oldest first."""
+    model: str = ""
+    """A configured model's name the run uses instead of the default; empty: the default."""
+    context: Mapping[str, Any] = field(default_factory=dict)
+    """What the caller tells the agent about the task besides the query (a JSON object)."""
 
 
 class WorkflowRegistry(Protocol):

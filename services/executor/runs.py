@@ -115,8 +115,10 @@ class RunManager:
         return len(self._tasks)
 
     async def start(self, request: RunRequest) -> str:
+        """The new run's workflow id; ValueError for a request no run can be made of."""
         if not request.query.strip():
             raise ValueError("query must not be empty")
+        self._model_for(request)
         # ListTools and CreateWorkflow do not depend on each other: asked at once, the run's
         # first model call waits for neither in turn. Neither the run's tasks nor their done
         # callbacks keep the request's span alive (each would otherwise hold a copy of the
@@ -144,6 +146,19 @@ class RunManager:
         self._tasks[workflow_id] = task
         task.add_done_callback(lambda _: self._forget(workflow_id), context=context)
         return workflow_id
+
+    def _model_for(self, request: RunRequest) -> LLM:
+        """The model the request names, else the default."""
+        if not request.model:
+            return self._llm
+        named = self._models.by_name(request.model) if self._models is not None else None
+        if named is None:
+            known = ", ".join(self._models.names) if self._models is not None else "none"
+            raise ValueError(
+                f"model {request.model!r} is not configured here (configured: {known}); "
+                "leave it empty for the default"
+            )
+        return named
 
     def deliver(self, workflow_id: str, command: LogCommand) -> None:
         """Hand a command appended on this replica straight to its run, if it runs here."""
@@ -182,7 +197,7 @@ class RunManager:
     ) -> Finished:
         receiver = self._receivers[ctx.workflow_id]
         agent = ReActAgent(
-            self._llm.with_observer(RetryReporter(reporter.emit, ctx.agent_id)),
+            self._model_for(request).with_observer(RetryReporter(reporter.emit, ctx.agent_id)),
             self._tools,
             reporter,
             self._agent_settings(request, mode),
@@ -211,7 +226,7 @@ class RunManager:
         agents = StepAgents(
             ctx,
             request.query,
-            llm=self._llm,
+            llm=self._model_for(request),
             models=self._models,
             tools=self._tools,
             reporter=reporter,
@@ -226,7 +241,7 @@ class RunManager:
             ctx,
             planner=self._planner,
             agents=agents,
-            llm=self._llm,
+            llm=self._model_for(request),
             reporter=reporter,
             control=control,
             inbox=receiver.interrupts,
@@ -248,7 +263,12 @@ class RunManager:
         )
         reporter = RunReporter(emitter)
         started = time.monotonic()
-        context = RunContext(workflow_id, request.tenant_id, history=request.history)
+        context = RunContext(
+            workflow_id,
+            request.tenant_id,
+            history=request.history,
+            task_context=request.context,
+        )
         usage: list[Callable[[], TokenUsage]] = [TokenUsage]
         """What the engine has spent so far, for a cancelled run's report."""
         current_workflow.set(workflow_id)  # this task's log lines name the run

@@ -17,6 +17,7 @@ from services.events.__main__ import build as build_events
 from services.executor.adapters.events import GrpcWorkflowRegistry
 from services.executor.adapters.planner import PlannerClient
 from services.executor.adapters.tools import ToolClient
+from services.executor.dag.ports import ModelPicker
 from services.executor.dag.steps import StepLimits
 from services.executor.dag.team import TeamSettings
 from services.executor.engine.settings import AgentSettings
@@ -88,6 +89,7 @@ class Backends:
         leasing: Leasing | None = None,
         sink_options: Mapping[str, int] | None = None,
         emitter: EmitterSettings | None = None,
+        models: ModelPicker | None = None,
         **overrides: Any,
     ) -> RunManager:
         settings = replace(agent_defaults(), tool_timeout_seconds=10, **overrides)
@@ -107,6 +109,7 @@ class Backends:
             step_limits=step_limits,
             leasing=leasing,
             emitter=emitter,
+            models=models,
         )
 
     async def serve(

@@ -47,6 +47,9 @@ class DagPlanner(Protocol):
 
 
 class ModelPicker(Protocol):
+    @property
+    def names(self) -> list[str]: ...
+
     def by_name(self, name: str) -> LLM | None: ...
 
     def for_role(self, role: str) -> LLM: ...

@@ -12,7 +12,9 @@ async def stream_answer(
     llm: LLM, reporter: RunReporter, query: str, ctx: RunContext, loop: AgentResult
 ) -> str:
     """The synthesised answer; on any failure, the loop's own answer."""
-    stream = llm.stream_chat(synthesis_messages(query, loop.steps, loop.answer, ctx.history))
+    stream = llm.stream_chat(
+        synthesis_messages(query, loop.steps, loop.answer, ctx.history, ctx.task_context)
+    )
     parts: list[str] = []
     final: ChatResult | None
     try:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from shuttle.llm.protocol import Message
 from shuttle.llm.tokens import estimate_message_tokens
@@ -52,3 +54,11 @@ class Conversation:
 
     def __len__(self) -> int:
         return len(self.entries)
+
+
+def context_note(task_context: Mapping[str, Any]) -> str:
+    """The caller's context for the task, as the agent's system prompt ends with it."""
+    if not task_context:
+        return ""
+    text = json.dumps(task_context, ensure_ascii=False, sort_keys=True)
+    return f"\n\nContext the caller gave with this task (JSON):\n{text}"

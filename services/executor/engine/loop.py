@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 
 from services.executor.engine.answer import stream_answer
-from services.executor.engine.conversation import Conversation
+from services.executor.engine.conversation import Conversation, context_note
 from services.executor.engine.modes import Decision, JsonMode, Mode, NativeMode
 from services.executor.engine.selection import select_tools
 from services.executor.engine.settings import AgentSettings
@@ -137,7 +137,8 @@ class _RunLoop:
             agent.tools, agent.reporter, ctx, [t.name for t in tools], settings.tool_timeout_seconds
         )
         self.conversation = Conversation()
-        self.conversation.add({"role": "system", "content": self.mode.system_prompt(tools)})
+        system = self.mode.system_prompt(tools) + context_note(ctx.task_context)
+        self.conversation.add({"role": "system", "content": system})
         self.conversation.add_history(ctx.history)
         self.conversation.add_user(query, pinned=True)
         self.result = AgentResult(answer="", iterations=0, usage=TokenUsage())

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from services.executor.engine.synthesis import ToolStep
 from shuttle.llm.protocol import Message, TokenUsage
@@ -15,6 +17,8 @@ class RunContext:
     agent_id: str = "agent-main"
     history: tuple[Message, ...] = ()
     """Earlier turns of the session (user and assistant messages, oldest first)."""
+    task_context: Mapping[str, Any] = field(default_factory=dict)
+    """What the caller said about the task besides the query; every agent of the run sees it."""
 
 
 @dataclass

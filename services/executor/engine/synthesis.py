@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from services.executor.engine.conversation import context_note
 from services.executor.engine.observations import model_observation
 from services.executor.log.reporter import clip
 from services.executor.ports import ToolOutcome
@@ -39,7 +41,11 @@ def trace_line(number: int, step: ToolStep) -> str:
 
 
 def synthesis_messages(
-    query: str, steps: Sequence[ToolStep], draft: str, history: Sequence[Message] = ()
+    query: str,
+    steps: Sequence[ToolStep],
+    draft: str,
+    history: Sequence[Message] = (),
+    task_context: Mapping[str, Any] | None = None,
 ) -> list[Message]:
     trace = "\n".join(trace_line(i, step) for i, step in enumerate(steps, 1)) or "(no tools used)"
     earlier = ""
@@ -53,7 +59,8 @@ def synthesis_messages(
         f"{earlier}Question: {query}\n\nSteps taken:\n{trace}\n\n"
         f"Draft answer from the agent:\n{draft or '(none)'}\n\nWrite the final answer."
     )
-    return [{"role": "system", "content": SYNTHESIZER_PROMPT}, {"role": "user", "content": user}]
+    system = SYNTHESIZER_PROMPT + context_note(task_context or {})
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def fallback_answer(steps: Sequence[ToolStep]) -> str:
