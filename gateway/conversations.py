@@ -12,8 +12,9 @@ import grpc
 
 from gateway.backends import Backends, tenant_metadata
 from gateway.errors import ApiError
-from gateway.stores.sessions import RUNNING, Session, SessionStore, Turn, Usage
+from gateway.stores.sessions import RUNNING, Session, SessionStore, Turn
 from gateway.workflow_status import status_name
+from shuttle.usage import TokenUsage, usage_from_proto
 from shuttle.v1 import events_pb2, tools_pb2
 
 ENDED = {"completed", "failed", "cancelled"}
@@ -44,17 +45,12 @@ async def settled_turns(
             if exc.code() != grpc.StatusCode.NOT_FOUND:
                 raise
             # The log is gone (retention): the turn can no longer be completed.
-            await store.complete_turn(turn.turn_id, "expired", "", Usage())
+            await store.complete_turn(turn.turn_id, "expired", "", TokenUsage())
             changed = True
             continue
         status = status_name(wf.status)
         if status in ENDED:
-            usage = Usage(
-                wf.usage.input_tokens,
-                wf.usage.output_tokens,
-                wf.usage.total_tokens,
-                wf.usage.cost_usd,
-            )
+            usage = usage_from_proto(wf.usage)
             await store.complete_turn(turn.turn_id, status, wf.result or wf.error, usage)
             changed = True
     return await store.turns(tenant_id, session_id) if changed else turns

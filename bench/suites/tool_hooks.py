@@ -24,13 +24,14 @@ from services.tools.db import create_schema
 from services.tools.hooks.chain import HookChain
 from services.tools.hooks.config import HooksConfig, build_chain
 from services.tools.hooks.rate_limit import RateLimitHook
-from services.tools.host import ToolCallRequest, ToolHost
+from services.tools.host import ToolHost
 from shuttle.db import create_engine
 from shuttle.sql_transactions import writes_for
+from shuttle.tool_calls import ToolCall
 
 
 async def timed(host: ToolHost, calls: int) -> list[float]:
-    request = ToolCallRequest(
+    request = ToolCall(
         tool_name="calculator", arguments_json='{"expression": "sqrt(2) * 12"}', tenant_id="t"
     )
     samples = []

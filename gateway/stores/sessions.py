@@ -17,19 +17,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.stores.db import session_turns, sessions, tasks
+from shuttle.usage import TokenUsage
 from shuttle.utf8 import utf8_size
 
 TITLE_CHARS = 80
 RUNNING = "running"
 """Status of a turn whose run has not ended yet."""
-
-
-@dataclass(frozen=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    total_tokens: int = 0
-    cost_usd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -39,7 +32,7 @@ class Turn:
     user_message: str
     answer: str | None
     status: str
-    usage: Usage
+    usage: TokenUsage
     created_at: datetime
 
     @property
@@ -115,7 +108,9 @@ class SessionStore:
             )
             await _touch(conn, tenant_id, session_id, now)
 
-    async def complete_turn(self, turn_id: int, status: str, answer: str, usage: Usage) -> None:
+    async def complete_turn(
+        self, turn_id: int, status: str, answer: str, usage: TokenUsage
+    ) -> None:
         async with self._engine.begin() as conn:
             await conn.execute(
                 update(session_turns)
@@ -172,7 +167,12 @@ class SessionStore:
                 user_message=r.user_message,
                 answer=r.answer,
                 status=r.status,
-                usage=Usage(r.input_tokens, r.output_tokens, r.total_tokens, r.cost_usd),
+                usage=TokenUsage(
+                    input_tokens=r.input_tokens,
+                    output_tokens=r.output_tokens,
+                    cost_usd=r.cost_usd,
+                    total_tokens=r.total_tokens,
+                ),
                 created_at=r.created_at,
             )
             for r in rows

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from shuttle.envelope import type_name
 from shuttle.telemetry import current_trace_id
+from shuttle.usage import usage_to_proto
 from shuttle.v1 import common_pb2, events_pb2
 
 from .errors import InvalidArgument
@@ -52,12 +53,7 @@ def workflow_message(record: WorkflowRecord) -> events_pb2.Workflow:
         updated_at=timestamp(record.updated_at),
         result=record.result,
         error=record.error,
-        usage=common_pb2.Usage(
-            input_tokens=record.usage.input_tokens,
-            output_tokens=record.usage.output_tokens,
-            total_tokens=record.usage.total_tokens,
-            cost_usd=record.usage.cost_usd,
-        ),
+        usage=usage_to_proto(record.usage),
         duration_ms=record.duration_ms,
         lease_owner=record.lease_owner,
         lease_expires_at=timestamp(record.lease_expires_at) if record.lease_expires_at else None,

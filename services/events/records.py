@@ -8,6 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from shuttle.envelope import EPHEMERAL_TYPES
+from shuttle.usage import TokenUsage
 
 
 class WorkflowStatus(StrEnum):
@@ -31,16 +32,6 @@ TERMINAL_STATUSES = frozenset(
 
 
 @dataclass(frozen=True)
-class Usage:
-    """Token and cost totals of a workflow, as its terminal event reports them."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    total_tokens: int = 0
-    cost_usd: float = 0.0
-
-
-@dataclass(frozen=True)
 class WorkflowRecord:
     """One workflow's row: its tenant, lifecycle status, seq counter and outcome."""
 
@@ -55,7 +46,7 @@ class WorkflowRecord:
     updated_at: datetime
     result: str = ""
     error: str = ""
-    usage: Usage = field(default_factory=Usage)
+    usage: TokenUsage = field(default_factory=TokenUsage)
     duration_ms: int = 0
     stream_ended: bool = False
     lease_owner: str = ""

@@ -6,7 +6,9 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
-from .records import StoredEvent, Usage, WorkflowRecord, WorkflowStatus
+from shuttle.usage import TokenUsage
+
+from .records import StoredEvent, WorkflowRecord, WorkflowStatus
 
 
 def workflow_record(row: RowMapping) -> WorkflowRecord:
@@ -22,7 +24,7 @@ def workflow_record(row: RowMapping) -> WorkflowRecord:
         updated_at=row["updated_at"],
         result=row["result"],
         error=row["error"],
-        usage=Usage(
+        usage=TokenUsage(
             input_tokens=row["input_tokens"],
             output_tokens=row["output_tokens"],
             total_tokens=row["total_tokens"],

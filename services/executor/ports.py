@@ -8,6 +8,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from shuttle.llm.protocol import Message
+from shuttle.tool_calls import ToolCall, ToolOutcome
 from shuttle.workflow_log import EventDraft
 
 
@@ -36,45 +37,12 @@ class ToolDefinition:
         }
 
 
-@dataclass(frozen=True)
-class ToolInvocation:
-    workflow_id: str
-    tenant_id: str
-    agent_id: str
-    call_id: str
-    name: str
-    arguments_json: str
-
-
-@dataclass(frozen=True)
-class Artifact:
-    name: str
-    mime_type: str = ""
-    size_bytes: int = 0
-    uri: str = ""
-
-
-@dataclass(frozen=True)
-class ToolOutcome:
-    observation: str
-    error: str = ""
-    blocked: bool = False
-    block_reason: str = ""
-    truncated: bool = False
-    duration_ms: int = 0
-    artifacts: tuple[Artifact, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not (self.error or self.blocked)
-
-
 class ToolPort(Protocol):
     """The tools service as the engine calls it."""
 
     async def list_tools(self, tenant_id: str) -> Sequence[ToolDefinition]: ...
 
-    async def execute(self, call: ToolInvocation) -> ToolOutcome:
+    async def execute(self, call: ToolCall) -> ToolOutcome:
         """Never raises for a tool failure: the outcome carries the error for the model."""
         ...
 

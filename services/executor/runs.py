@@ -32,11 +32,12 @@ from services.executor.ports import (
     ToolSelector,
     WorkflowRegistry,
 )
-from shuttle.llm.protocol import LLM, LLMError, TokenUsage
+from shuttle.llm.protocol import LLM, LLMError
 from shuttle.llm.retry_events import RetryReporter
 from shuttle.logs import current_workflow
 from shuttle.metrics import RUN_ITERATIONS, RUNS_FINISHED, RUNS_STARTED
 from shuttle.telemetry import background_context
+from shuttle.usage import TokenUsage
 from shuttle.workflow_log import LogCommand
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.planner.structured import structured_llm_call
-from shuttle.llm.protocol import LLM, TokenUsage
+from shuttle.llm.protocol import LLM
+from shuttle.usage import TokenUsage
 
 RESULT_CHARS = 2_000
 """Each step's result is cut to this many characters in the prompt."""

@@ -24,7 +24,8 @@ from shuttle.events_client import EventsClient
 from shuttle.grpc_client import TENANT_METADATA_KEY
 from shuttle.grpc_server import Context
 from shuttle.llm.factory import ModelRegistry
-from shuttle.llm.protocol import LLM, ContextOverflowError, Message, TokenUsage
+from shuttle.llm.protocol import LLM, ContextOverflowError, Message
+from shuttle.usage import usage_to_proto
 from shuttle.utf8 import json_text
 from shuttle.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 
@@ -39,16 +40,6 @@ _MODES = {
 async def _abort(context: Context, code: grpc.StatusCode, message: str) -> NoReturn:
     await context.abort(code, message)
     raise AssertionError("unreachable")
-
-
-def usage_pb(usage: TokenUsage) -> common_pb2.Usage:
-    return common_pb2.Usage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        total_tokens=usage.total_tokens,
-        cached_tokens=usage.cached_tokens,
-        cost_usd=usage.cost_usd,
-    )
 
 
 def messages_from_pb(messages: Sequence[common_pb2.ChatMessage]) -> list[Message]:
@@ -151,7 +142,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
             value_json=json_text(result.value),
             level=int(result.level),  # type: ignore[arg-type]
             attempts=result.attempts,
-            usage=usage_pb(result.usage),
+            usage=usage_to_proto(result.usage),
         )
 
     async def SelectTools(
@@ -167,7 +158,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         return planner_pb2.SelectToolsResponse(
             tool_names=selection.names,
             fell_back=selection.fell_back,
-            usage=usage_pb(selection.usage),
+            usage=usage_to_proto(selection.usage),
         )
 
     async def Plan(
@@ -197,7 +188,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
                 )
                 for s in outcome.plan.steps
             ],
-            usage=usage_pb(outcome.usage),
+            usage=usage_to_proto(outcome.usage),
             repairs=list(outcome.plan.repairs),
             level=int(outcome.level),  # type: ignore[arg-type]
             attempts=outcome.attempts,
@@ -223,7 +214,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
             confidence=analysis.confidence,
             answer=analysis.answer,
             reasoning=analysis.reasoning,
-            usage=usage_pb(outcome.usage),
+            usage=usage_to_proto(outcome.usage),
         )
 
     async def Route(
@@ -239,5 +230,5 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
             estimated_complexity=decision.estimated_complexity,
             reasoning=decision.reasoning,
             fast_path=decision.fast_path,
-            usage=usage_pb(decision.usage),
+            usage=usage_to_proto(decision.usage),
         )

@@ -15,7 +15,8 @@ from typing import Any
 
 from services.planner.selection import ToolInfo, compact_catalog
 from services.planner.structured import StructuredLevel, structured_llm_call
-from shuttle.llm.protocol import LLM, TokenUsage
+from shuttle.llm.protocol import LLM
+from shuttle.usage import TokenUsage
 
 MAX_STEPS = 20
 

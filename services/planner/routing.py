@@ -15,7 +15,8 @@ from enum import StrEnum
 from typing import Any
 
 from services.planner.structured import structured_llm_call
-from shuttle.llm.protocol import LLM, ContextOverflowError, TokenUsage
+from shuttle.llm.protocol import LLM, ContextOverflowError
+from shuttle.usage import TokenUsage
 
 
 class Mode(StrEnum):

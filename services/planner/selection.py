@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from services.planner.structured import structured_llm_call
-from shuttle.llm.protocol import LLM, TokenUsage
+from shuttle.llm.protocol import LLM
+from shuttle.usage import TokenUsage
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from services.planner.json_extract import JSONExtractionError, extract_json
-from shuttle.llm.protocol import (
-    LLM,
-    ChatResult,
-    ContextOverflowError,
-    LLMError,
-    Message,
-    TokenUsage,
-)
+from shuttle.llm.protocol import LLM, ChatResult, ContextOverflowError, LLMError, Message
+from shuttle.usage import TokenUsage
 
 T = TypeVar("T")
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 
-from services.tools.catalog import Artifact, ToolOutput
+from services.tools.catalog import ToolOutput
 from services.tools.context import CallInfo, safe_segment
 from services.tools.workspace import Workspaces
+from shuttle.tool_calls import Artifact
 
 ARTIFACT_TYPES = {"text/html": ".html", "text/markdown": ".md"}
 ARTIFACT_DIR = "artifacts"

@@ -11,6 +11,8 @@ from typing import Any, Protocol
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
+from shuttle.tool_calls import Artifact
+
 # The names OpenAI-compatible function calling accepts; a tool the model cannot name is useless.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -55,16 +57,6 @@ class ToolSpec:
             raise ValueError(
                 f"tool {self.name!r}: invalid parameters schema: {exc.message}"
             ) from exc
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """A file or blob a tool produced, referenced by URI rather than inlined."""
-
-    name: str
-    mime_type: str = "application/octet-stream"
-    size_bytes: int = 0
-    uri: str = ""
 
 
 @dataclass(frozen=True)

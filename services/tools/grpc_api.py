@@ -17,8 +17,9 @@ from services.tools.approvals import (
 )
 from services.tools.catalog import ToolSpec
 from services.tools.cleanup import WorkflowDataCleaner
-from services.tools.host import ToolCallRequest, ToolCallResult, ToolHost
+from services.tools.host import ToolHost
 from shuttle.grpc_server import Context
+from shuttle.tool_calls import ToolCall, ToolOutcome
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 
 MAX_DELETE_IDS = 1000
@@ -41,8 +42,8 @@ def spec_to_proto(spec: ToolSpec, timeout_seconds: float) -> tools_pb2.ToolSpec:
     )
 
 
-def request_from_proto(request: tools_pb2.ExecuteRequest) -> ToolCallRequest:
-    return ToolCallRequest(
+def request_from_proto(request: tools_pb2.ExecuteRequest) -> ToolCall:
+    return ToolCall(
         tool_name=request.tool_name,
         arguments_json=request.arguments_json,
         call_id=request.call_id,
@@ -53,7 +54,7 @@ def request_from_proto(request: tools_pb2.ExecuteRequest) -> ToolCallRequest:
     )
 
 
-def result_to_proto(result: ToolCallResult) -> tools_pb2.ExecuteResponse:
+def result_to_proto(result: ToolOutcome) -> tools_pb2.ExecuteResponse:
     return tools_pb2.ExecuteResponse(
         call_id=result.call_id,
         observation=result.observation,

@@ -1,7 +1,7 @@
 """ToolHost: runs one tool call end to end and turns every failure into a result.
 
 A tool call never raises out of `execute`: unknown tools, bad arguments, tool errors,
-crashes and timeouts all come back as a `ToolCallResult` whose observation tells the
+crashes and timeouts all come back as a `ToolOutcome` whose observation tells the
 model what went wrong, so a broken tool can never kill a run.
 """
 
@@ -20,52 +20,19 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
 from services.tools.artifacts import ArtifactStore, is_artifact
-from services.tools.catalog import Artifact, Tool, ToolError, ToolOutput, ToolRegistry, ToolSpec
+from services.tools.catalog import Tool, ToolError, ToolOutput, ToolRegistry, ToolSpec
 from services.tools.context import CallInfo, reset_current_call, set_current_call
 from services.tools.hooks.approval import ApprovalGate
 from services.tools.hooks.base import CallRecord, HookContext
 from services.tools.hooks.chain import HookChain
 from services.tools.output import DEFAULT_MAX_OUTPUT_CHARS, truncate
+from shuttle.tool_calls import ToolCall, ToolOutcome
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 # Schema messages quote the offending value, which can be arbitrarily large.
 _MAX_DETAIL_CHARS = 300
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolCallRequest:
-    """One tool call as the agent asked for it."""
-
-    tool_name: str
-    # JSON text of the arguments object; empty means no arguments ({}).
-    arguments_json: str = ""
-    call_id: str = ""
-    workflow_id: str = ""
-    tenant_id: str = ""
-    agent_id: str = ""
-    # The workflow runs in read-only mode: only read_only tools may run.
-    read_only: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolCallResult:
-    """What came of a tool call. `observation` is what the model sees, success or not."""
-
-    call_id: str
-    observation: str
-    # Set when the call failed; the observation then explains the failure to the model.
-    error: str = ""
-    blocked: bool = False
-    block_reason: str = ""
-    truncated: bool = False
-    artifacts: tuple[Artifact, ...] = ()
-    duration_ms: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.error and not self.blocked
 
 
 @dataclass(frozen=True)
@@ -156,7 +123,7 @@ class ToolHost:
         """The timeout a call to this tool gets: its own, else the host default."""
         return spec.timeout_seconds or self._default_timeout
 
-    async def execute(self, call: ToolCallRequest) -> ToolCallResult:
+    async def execute(self, call: ToolCall) -> ToolOutcome:
         """Run one tool call through its hooks; never raises for anything a tool does."""
         started = time.perf_counter()
         tool = self._registry.get(call.tool_name)
@@ -215,11 +182,11 @@ class ToolHost:
             duration_ms=duration_ms,
         )
 
-    def _finish(self, call: ToolCallRequest, failure: _Failure, started: float) -> ToolCallResult:
+    def _finish(self, call: ToolCall, failure: _Failure, started: float) -> ToolOutcome:
         """A call that never reached its hooks (unknown tool, malformed arguments)."""
         return self._result(call, self._record(failure, started))
 
-    def _result(self, call: ToolCallRequest, record: CallRecord) -> ToolCallResult:
+    def _result(self, call: ToolCall, record: CallRecord) -> ToolOutcome:
         # The hooks have shaped the observation; this cap only bounds what goes on the wire.
         observation, cut = truncate(record.observation, self._max_output_chars)
         error = truncate(record.error, self._max_output_chars)[0] if record.error else ""
@@ -233,7 +200,7 @@ class ToolHost:
                 "duration_ms": record.duration_ms,
             },
         )
-        return ToolCallResult(
+        return ToolOutcome(
             call_id=call.call_id,
             observation=observation,
             error=error,
@@ -245,7 +212,7 @@ class ToolHost:
         )
 
     async def _run_tool(
-        self, tool: Tool, args: dict[str, Any], call: ToolCallRequest
+        self, tool: Tool, args: dict[str, Any], call: ToolCall
     ) -> ToolOutput | _Failure:
         """The one place a tool runs, between the PreToolUse and PostToolUse hooks."""
         name = tool.spec.name
@@ -290,7 +257,7 @@ class ToolHost:
                 log.error("could not store an artifact", exc_info=exc, extra={"tool_name": name})
         return output
 
-    def _crashed(self, name: str, exc: BaseException, call: ToolCallRequest) -> _Failure:
+    def _crashed(self, name: str, exc: BaseException, call: ToolCall) -> _Failure:
         log.error(
             "tool raised an exception",
             exc_info=exc,

@@ -16,12 +16,12 @@ from shuttle.llm.protocol import (
     Message,
     ResponseFormat,
     RetryObserver,
-    TokenUsage,
     ToolCallRequest,
     ToolChoice,
     ToolSchema,
 )
 from shuttle.llm.tokens import estimate_tokens
+from shuttle.usage import TokenUsage
 
 DEMO_MODEL_NAME = "shuttle-demo"
 DEMO_LABEL = "[demo model]"

@@ -24,7 +24,6 @@ from shuttle.llm.protocol import (
     Message,
     ResponseFormat,
     RetryObserver,
-    TokenUsage,
     ToolChoice,
     ToolSchema,
 )
@@ -42,6 +41,7 @@ from shuttle.llm.wire import (
     tool_calls_of,
     usage_of,
 )
+from shuttle.usage import TokenUsage
 from shuttle.utf8 import StreamedText
 
 T = TypeVar("T")

@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from shuttle.usage import TokenUsage
+
 Message = dict[str, Any]
 """An OpenAI-format chat message (role, content, tool_calls, tool_call_id …)."""
 
@@ -31,33 +33,6 @@ class Abilities:
     json_mode: bool = False
     streaming: bool = True
     thinking: bool = False
-
-
-@dataclass(frozen=True)
-class TokenUsage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    cost_usd: float = 0.0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def __add__(self, other: TokenUsage) -> TokenUsage:
-        return TokenUsage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cached_tokens + other.cached_tokens,
-            self.cost_usd + other.cost_usd,
-        )
-
-    def as_payload(self) -> dict[str, int]:
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "total_tokens": self.total_tokens,
-        }
 
 
 @dataclass(frozen=True)

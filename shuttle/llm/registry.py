@@ -13,8 +13,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from shuttle.llm.protocol import Abilities, Role, TokenUsage
+from shuttle.llm.protocol import Abilities, Role
 from shuttle.settings import SettingsError
+from shuttle.usage import TokenUsage
 
 
 class ModelsFileError(SettingsError):

@@ -17,11 +17,11 @@ from shuttle.llm.protocol import (
     ChatResult,
     Message,
     ResponseFormat,
-    TokenUsage,
     ToolCallRequest,
     ToolChoice,
     ToolSchema,
 )
+from shuttle.usage import TokenUsage
 from shuttle.utf8 import ensure_utf8, json_bytes
 
 JSON_HEADERS = {"Content-Type": "application/json"}

@@ -25,8 +25,8 @@ from services.executor.policies.control import RunCancelled, RunControl
 from services.executor.policies.cycles import CycleDetector, call_key
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.policies.reflection import SelfReflection
-from services.executor.ports import Artifact, ToolOutcome
 from shuttle.llm.demo import DemoModel
+from shuttle.tool_calls import Artifact, ToolOutcome
 from shuttle.workflow_log import LogCommand
 from tests.executor.conftest import agent_defaults
 

@@ -9,16 +9,10 @@ import grpc
 
 from services.executor.adapters.events import GrpcWorkflowRegistry
 from services.executor.adapters.tools import ToolClient
-from services.executor.ports import (
-    EventSink,
-    RunRequest,
-    ToolDefinition,
-    ToolInvocation,
-    ToolOutcome,
-    ToolPort,
-)
+from services.executor.ports import EventSink, RunRequest, ToolDefinition, ToolPort
 from services.executor.runs import RunManager
 from shuttle.llm.openai_model import OpenAIModel
+from shuttle.tool_calls import ToolCall, ToolOutcome
 from shuttle.workflow_log import EventDraft
 from tests.executor.conftest import (
     EVENT_WAIT_SECONDS,
@@ -46,7 +40,7 @@ class ListingSeen:
         await self.release.wait()
         return await self._inner.list_tools(tenant_id)
 
-    async def execute(self, call: ToolInvocation) -> ToolOutcome:
+    async def execute(self, call: ToolCall) -> ToolOutcome:
         return await self._inner.execute(call)
 
 

@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 
 from services.executor.adapters.tools import ToolClient
-from services.executor.ports import ToolInvocation
+from shuttle.tool_calls import ToolCall
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 from tests.executor.conftest import running_backends
 from tests.tools.approval_support import create_workflow, wait_for_event
@@ -45,12 +45,12 @@ async def test_a_gated_call_waits_for_its_approval_after_another_tenant_listed_t
         workflow_id = await create_workflow(started.events, GATED_TENANT)
         call = asyncio.create_task(
             host.execute(
-                ToolInvocation(
+                ToolCall(
                     workflow_id=workflow_id,
                     tenant_id=GATED_TENANT,
                     agent_id="agent-1",
                     call_id="call-1",
-                    name="calculator",
+                    tool_name="calculator",
                     arguments_json='{"expression": "6*7"}',
                 )
             )

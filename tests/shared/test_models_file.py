@@ -11,9 +11,9 @@ import pytest
 from shuttle.llm.demo import DemoModel
 from shuttle.llm.factory import build_llm, build_registry
 from shuttle.llm.openai_model import OpenAIModel
-from shuttle.llm.protocol import TokenUsage
 from shuttle.llm.registry import ModelsFileError, load_models_file, parse_models
 from shuttle.settings import Settings
+from shuttle.usage import TokenUsage
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "models.yaml"
 

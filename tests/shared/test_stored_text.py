@@ -20,9 +20,10 @@ from services.tools.db import create_schema as create_tools_schema
 from services.tools.db import tool_audit
 from services.tools.hooks.audit import AuditHook
 from services.tools.hooks.chain import HookChain
-from services.tools.host import ToolCallRequest, ToolHost
+from services.tools.host import ToolHost
 from shuttle.db import create_engine
 from shuttle.sql_transactions import writes_for
+from shuttle.tool_calls import ToolCall
 from tests.support.databases import postgres_url, schema_engines  # noqa: F401 - fixtures
 from tests.tools.conftest import registry  # noqa: F401 - fixture
 
@@ -43,8 +44,8 @@ async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     await engine.dispose()
 
 
-def repeat(text: str) -> ToolCallRequest:
-    return ToolCallRequest(
+def repeat(text: str) -> ToolCall:
+    return ToolCall(
         tool_name="repeat",
         arguments_json=json.dumps({"text": text}),
         call_id="c-1",

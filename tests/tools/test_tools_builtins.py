@@ -12,8 +12,9 @@ import pytest
 from services.tools.artifacts import ArtifactStore
 from services.tools.builtins import BuiltinConfig, default_tools
 from services.tools.catalog import ToolOutput, ToolRegistry, ToolSpec
-from services.tools.host import ToolCallRequest, ToolHost
+from services.tools.host import ToolHost
 from services.tools.workspace import Workspaces
+from shuttle.tool_calls import ToolCall
 
 
 class HtmlReport:
@@ -44,7 +45,7 @@ def host(workspaces: Workspaces) -> ToolHost:
 
 async def run(host: ToolHost, tool: str, workflow: str = "wf-1", **args: Any) -> Any:
     return await host.execute(
-        ToolCallRequest(
+        ToolCall(
             tool_name=tool,
             arguments_json=json.dumps(args),
             workflow_id=workflow,

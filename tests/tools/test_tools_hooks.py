@@ -27,7 +27,8 @@ from services.tools.hooks.config import HooksConfigError, build_chain, load_hook
 from services.tools.hooks.policy import DenyHook, RedactHook, SetArgumentsHook
 from services.tools.hooks.read_only import ReadOnlyGuard
 from services.tools.hooks.truncation import TruncationHook
-from services.tools.host import ToolCallRequest, ToolHost
+from services.tools.host import ToolHost
+from shuttle.tool_calls import ToolCall
 
 
 @dataclass(kw_only=True)
@@ -61,8 +62,8 @@ def make_host(registry: ToolRegistry, *hooks: Hook) -> ToolHost:
     return ToolHost(registry, hooks=HookChain(hooks))
 
 
-def call(tool: str, tenant: str = "t1", read_only: bool = False, **args: Any) -> ToolCallRequest:
-    return ToolCallRequest(
+def call(tool: str, tenant: str = "t1", read_only: bool = False, **args: Any) -> ToolCall:
+    return ToolCall(
         tool_name=tool,
         arguments_json=json.dumps(args),
         call_id="c1",

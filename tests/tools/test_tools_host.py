@@ -10,17 +10,18 @@ import pytest
 
 from services.tools.builtins.calculator import Calculator
 from services.tools.catalog import ToolRegistry
-from services.tools.host import ToolCallRequest, ToolCallResult, ToolHost
+from services.tools.host import ToolHost
+from shuttle.tool_calls import ToolCall, ToolOutcome
 
 
-async def call(host: ToolHost, tool: str, arguments: object = None, **extra: Any) -> ToolCallResult:
+async def call(host: ToolHost, tool: str, arguments: object = None, **extra: Any) -> ToolOutcome:
     text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
     return await host.execute(
-        ToolCallRequest(tool_name=tool, arguments_json=text, call_id="call-1", **extra)
+        ToolCall(tool_name=tool, arguments_json=text, call_id="call-1", **extra)
     )
 
 
-def assert_failed(result: ToolCallResult, *fragments: str) -> None:
+def assert_failed(result: ToolOutcome, *fragments: str) -> None:
     assert not result.ok
     assert result.error
     assert result.observation.startswith("Error: ")

@@ -13,8 +13,9 @@ import pytest
 
 from services.tools.builtins.http import HttpRequest, SafeFetcher, WebFetch
 from services.tools.catalog import ToolError, ToolRegistry
-from services.tools.host import ToolCallRequest, ToolHost
+from services.tools.host import ToolHost
 from services.tools.netguard import AddressPolicy, blocked_reason
+from shuttle.tool_calls import ToolCall
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -63,7 +64,7 @@ def host_with(policy: AddressPolicy, max_bytes: int = 10_000) -> ToolHost:
 
 async def fetch(host: ToolHost, url: str, tool: str = "http_request", **extra: Any) -> Any:
     return await host.execute(
-        ToolCallRequest(tool_name=tool, arguments_json=json.dumps({"url": url, **extra}))
+        ToolCall(tool_name=tool, arguments_json=json.dumps({"url": url, **extra}))
     )
 
 

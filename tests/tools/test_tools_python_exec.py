@@ -17,7 +17,8 @@ import pytest
 from services.tools.builtins import BuiltinConfig, default_tools
 from services.tools.builtins.python_exec import PythonExec, SandboxLimits
 from services.tools.catalog import ToolRegistry
-from services.tools.host import ToolCallRequest, ToolHost
+from services.tools.host import ToolHost
+from shuttle.tool_calls import ToolCall
 
 LIMITS = SandboxLimits(cpu_seconds=2, memory_bytes=256 * 2**20, wall_seconds=10, processes=16)
 
@@ -25,7 +26,7 @@ LIMITS = SandboxLimits(cpu_seconds=2, memory_bytes=256 * 2**20, wall_seconds=10,
 async def run(code: str, limits: SandboxLimits = LIMITS) -> Any:
     host = ToolHost(ToolRegistry([PythonExec(limits)]), default_timeout_seconds=60)
     return await host.execute(
-        ToolCallRequest(tool_name="python_exec", arguments_json=json.dumps({"code": code}))
+        ToolCall(tool_name="python_exec", arguments_json=json.dumps({"code": code}))
     )
 
 

@@ -23,15 +23,16 @@ from services.tools.hooks.chain import HookChain
 from services.tools.hooks.policy import DenyHook
 from services.tools.hooks.rate_limit import RateLimitHook
 from services.tools.hooks.truncation import TruncationHook
-from services.tools.host import ToolCallRequest, ToolHost
+from services.tools.host import ToolHost
 from shuttle.db import create_engine
 from shuttle.sql_transactions import EngineWrites, SqliteWriter, WriteTransactions, writes_for
+from shuttle.tool_calls import ToolCall
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-def call(tool: str, tenant: str, **args: object) -> ToolCallRequest:
-    return ToolCallRequest(
+def call(tool: str, tenant: str, **args: object) -> ToolCall:
+    return ToolCall(
         tool_name=tool,
         arguments_json=json.dumps(args),
         call_id=f"c-{uuid.uuid4().hex[:6]}",

@@ -11,7 +11,7 @@ from services.executor.dag.plan import PlannedRound, Step
 from services.executor.dag.ports import Analysis, PlanningFailed, StepResult
 from services.executor.ports import MODES, Route, ToolDefinition
 from shuttle.grpc_client import tenant_metadata
-from shuttle.llm.protocol import TokenUsage
+from shuttle.usage import usage_from_proto
 from shuttle.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -31,12 +31,6 @@ def _summaries(tools: Sequence[ToolDefinition]) -> list[planner_pb2.ToolSummary]
         )
         for t in tools
     ]
-
-
-def _usage(pb: common_pb2.Usage) -> TokenUsage:
-    return TokenUsage(
-        input_tokens=pb.input_tokens, output_tokens=pb.output_tokens, cost_usd=pb.cost_usd
-    )
 
 
 class PlannerClient:
@@ -102,7 +96,7 @@ class PlannerClient:
             Step(s.id, s.task, tuple(s.dependencies), s.tool_hint, s.model_hint)
             for s in reply.steps
         )
-        return PlannedRound(steps, _usage(reply.usage), tuple(reply.repairs))
+        return PlannedRound(steps, usage_from_proto(reply.usage), tuple(reply.repairs))
 
     async def analyze(
         self, workflow_id: str, query: str, results: Sequence[StepResult]
@@ -126,5 +120,9 @@ class PlannerClient:
             )
             return None
         return Analysis(
-            reply.achieved, reply.confidence, reply.answer, reply.reasoning, _usage(reply.usage)
+            reply.achieved,
+            reply.confidence,
+            reply.answer,
+            reply.reasoning,
+            usage_from_proto(reply.usage),
         )

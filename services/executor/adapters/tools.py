@@ -8,7 +8,8 @@ from functools import lru_cache
 
 import grpc
 
-from services.executor.ports import Artifact, ToolDefinition, ToolInvocation, ToolOutcome
+from services.executor.ports import ToolDefinition
+from shuttle.tool_calls import Artifact, ToolCall, ToolOutcome
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 
 # Distinct tool definitions kept decoded; a catalog rarely holds more than a few dozen.
@@ -48,21 +49,22 @@ class ToolClient:
             self._deadlines[(tenant_id, t.name)] = deadline
         return [_tool_definition(t.name, t.description, t.parameters_json) for t in response.tools]
 
-    async def execute(self, call: ToolInvocation) -> ToolOutcome:
+    async def execute(self, call: ToolCall) -> ToolOutcome:
         request = tools_pb2.ExecuteRequest(
             workflow_id=call.workflow_id,
             tenant_id=call.tenant_id,
             call_id=call.call_id,
-            tool_name=call.name,
+            tool_name=call.tool_name,
             arguments_json=call.arguments_json,
             agent_id=call.agent_id,
         )
         try:
             response = await self._stub.Execute(
-                request, timeout=self._deadlines.get((call.tenant_id, call.name), self._deadline)
+                request,
+                timeout=self._deadlines.get((call.tenant_id, call.tool_name), self._deadline),
             )
         except grpc.aio.AioRpcError as exc:
-            message = f"tool {call.name} could not run: {exc.code().name}: {exc.details()}"
+            message = f"tool {call.tool_name} could not run: {exc.code().name}: {exc.details()}"
             return ToolOutcome(observation=message, error=message)
         return ToolOutcome(
             observation=response.observation,
@@ -74,4 +76,5 @@ class ToolClient:
             artifacts=tuple(
                 Artifact(a.name, a.mime_type, a.size_bytes, a.uri) for a in response.artifacts
             ),
+            call_id=response.call_id,
         )

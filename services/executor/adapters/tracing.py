@@ -6,9 +6,10 @@ from collections.abc import Sequence
 
 from opentelemetry.trace import Status, StatusCode
 
-from services.executor.ports import ToolDefinition, ToolInvocation, ToolOutcome, ToolPort
+from services.executor.ports import ToolDefinition, ToolPort
 from shuttle.metrics import TOOL_CALLS, TOOL_SECONDS
 from shuttle.telemetry import tracer
+from shuttle.tool_calls import ToolCall, ToolOutcome
 
 
 class TracedTools:
@@ -20,10 +21,10 @@ class TracedTools:
     async def list_tools(self, tenant_id: str) -> Sequence[ToolDefinition]:
         return await self._inner.list_tools(tenant_id)
 
-    async def execute(self, call: ToolInvocation) -> ToolOutcome:
-        with tracer.start_as_current_span(f"execute_tool {call.name}") as span:
+    async def execute(self, call: ToolCall) -> ToolOutcome:
+        with tracer.start_as_current_span(f"execute_tool {call.tool_name}") as span:
             span.set_attribute("gen_ai.operation.name", "execute_tool")
-            span.set_attribute("gen_ai.tool.name", call.name)
+            span.set_attribute("gen_ai.tool.name", call.tool_name)
             span.set_attribute("gen_ai.tool.call.id", call.call_id)
             span.set_attribute("shuttle.workflow_id", call.workflow_id)
             outcome = await self._inner.execute(call)
@@ -32,6 +33,6 @@ class TracedTools:
                 span.set_attribute("error.type", "tool_error")
                 span.set_status(Status(StatusCode.ERROR, outcome.error[:200]))
         result = "blocked" if outcome.blocked else ("error" if outcome.error else "ok")
-        TOOL_CALLS.labels(call.name, result).inc()
-        TOOL_SECONDS.labels(call.name).observe(outcome.duration_ms / 1000)
+        TOOL_CALLS.labels(call.tool_name, result).inc()
+        TOOL_SECONDS.labels(call.tool_name).observe(outcome.duration_ms / 1000)
         return outcome

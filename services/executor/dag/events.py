@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.executor.log.reporter import RunReporter
-from shuttle.llm.protocol import TokenUsage
+from shuttle.usage import TokenUsage
 from shuttle.workflow_log import EventDraft
 
 

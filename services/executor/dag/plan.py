@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from graphlib import CycleError, TopologicalSorter
 
-from shuttle.llm.protocol import TokenUsage
+from shuttle.usage import TokenUsage
 
 RESERVED_IDS = frozenset({"user"})
 """`user` marks a user's follow-up on the log (MESSAGE_RECEIVED.from); no step may take it."""

@@ -8,7 +8,8 @@ from typing import Protocol
 
 from services.executor.dag.plan import PlannedRound
 from services.executor.ports import ToolDefinition
-from shuttle.llm.protocol import LLM, TokenUsage
+from shuttle.llm.protocol import LLM
+from shuttle.usage import TokenUsage
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from services.executor.dag.events import TeamReporter
 from services.executor.dag.handoff import handed_over
 from services.executor.dag.plan import Step, check_schedule
 from services.executor.policies.control import RunCancelled
-from shuttle.llm.protocol import TokenUsage
+from shuttle.usage import TokenUsage
 
 
 @dataclass

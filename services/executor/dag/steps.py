@@ -21,8 +21,9 @@ from services.executor.policies.budget import TokenBudget
 from services.executor.policies.control import RunCancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolPort, ToolSelector
-from shuttle.llm.protocol import LLM, ROLES, LLMError, TokenUsage
+from shuttle.llm.protocol import LLM, ROLES, LLMError
 from shuttle.llm.retry_events import RetryReporter
+from shuttle.usage import TokenUsage
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from typing import Any
 from services.executor.dag.handoff import cut
 from services.executor.dag.scheduler import StepOutcome
 from services.executor.log.reporter import RunReporter
-from shuttle.llm.protocol import LLM, ChatResult, LLMError, TokenUsage
+from shuttle.llm.protocol import LLM, ChatResult, LLMError
+from shuttle.usage import TokenUsage
 
 SYNTHESIS_AGENT = "synthesizer"
 TEAM_SYNTHESIS_PROMPT = (

@@ -25,7 +25,8 @@ from services.executor.policies.budget import TokenBudget, spend
 from services.executor.policies.control import RunCancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolDefinition
-from shuttle.llm.protocol import LLM, TokenUsage
+from shuttle.llm.protocol import LLM
+from shuttle.usage import TokenUsage
 
 
 @dataclass(frozen=True)

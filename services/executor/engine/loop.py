@@ -27,7 +27,8 @@ from services.executor.policies.cycles import CycleDetector
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.policies.reflection import SelfReflection
 from services.executor.ports import ToolDefinition, ToolPort, ToolSelector
-from shuttle.llm.protocol import LLM, ChatResult, TokenUsage
+from shuttle.llm.protocol import LLM, ChatResult
+from shuttle.usage import TokenUsage
 
 
 class ReActAgent:

@@ -18,8 +18,9 @@ from services.executor.engine.json_actions import (
     system_prompt,
 )
 from services.executor.engine.observations import model_observation
-from services.executor.ports import ToolDefinition, ToolOutcome
+from services.executor.ports import ToolDefinition
 from shuttle.llm.protocol import ChatResult, Message, ToolSchema
+from shuttle.tool_calls import ToolOutcome
 
 NATIVE_SYSTEM_PROMPT = (
     "You are a capable assistant that solves the user's task step by step. "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.executor.ports import ToolOutcome
+from shuttle.tool_calls import ToolOutcome
 
 OBSERVATION_HEAD_CHARS = 300
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.executor.engine.synthesis import ToolStep
-from shuttle.llm.protocol import Message, TokenUsage
+from shuttle.llm.protocol import Message
+from shuttle.usage import TokenUsage
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from typing import Any
 from services.executor.engine.conversation import context_note
 from services.executor.engine.observations import model_observation
 from services.executor.log.reporter import clip
-from services.executor.ports import ToolOutcome
 from shuttle.llm.protocol import Message
+from shuttle.tool_calls import ToolOutcome
 
 TRACE_RESULT_LIMIT = 2_000
 # A follow-up's answer needs the last exchange or two, not the whole session.

@@ -9,7 +9,8 @@ from collections.abc import Collection, Sequence
 from services.executor.engine.modes import ToolRequest
 from services.executor.engine.state import RunContext
 from services.executor.log.reporter import RunReporter
-from services.executor.ports import ToolInvocation, ToolOutcome, ToolPort
+from services.executor.ports import ToolPort
+from shuttle.tool_calls import ToolCall, ToolOutcome
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +50,13 @@ class ToolRunner:
             available = ", ".join(sorted(self._offered)) or "none"
             message = f"Unknown tool {call.name!r}. Available tools: {available}."
             return ToolOutcome(observation=message, error=f"unknown tool {call.name!r}")
-        invocation = ToolInvocation(
-            self._ctx.workflow_id,
-            self._ctx.tenant_id,
-            self._ctx.agent_id,
-            call.call_id,
-            call.name,
-            call.arguments_json,
+        invocation = ToolCall(
+            tool_name=call.name,
+            arguments_json=call.arguments_json,
+            call_id=call.call_id,
+            workflow_id=self._ctx.workflow_id,
+            tenant_id=self._ctx.tenant_id,
+            agent_id=self._ctx.agent_id,
         )
         try:
             return await self._tools.execute(invocation)

@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.executor.log.emitter import EventEmitter
-from services.executor.ports import ToolOutcome
-from shuttle.llm.protocol import ChatResult, TokenUsage
+from shuttle.llm.protocol import ChatResult
+from shuttle.tool_calls import ToolOutcome
+from shuttle.usage import TokenUsage
 from shuttle.workflow_log import EventDraft
 
 

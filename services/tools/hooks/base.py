@@ -6,7 +6,8 @@ import fnmatch
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from services.tools.catalog import Artifact, ToolSpec
+from services.tools.catalog import ToolSpec
+from shuttle.tool_calls import Artifact
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from services.tools.catalog import Artifact, ToolError, ToolOutput, ToolSpec
+from services.tools.catalog import ToolError, ToolOutput, ToolSpec
 from shuttle.grpc_client import open_channel
+from shuttle.tool_calls import Artifact
 from shuttle.utf8 import json_text
 from shuttle.v1 import tool_provider_pb2, tool_provider_pb2_grpc, tools_pb2
 
