@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 
 from services.executor.commands.feed import CommandFeed, CommandSource, RunReceiver
 from services.executor.dag.control import TeamControl
-from services.executor.dag.plan import ScheduleError
 from services.executor.dag.ports import DagPlanner, ModelPicker, PlanningFailed
 from services.executor.dag.steps import StepAgents, StepLimits
 from services.executor.dag.team import TeamRun, TeamSettings
@@ -36,6 +35,7 @@ from shuttle.llm.protocol import LLM, LLMError
 from shuttle.llm.retry_events import RetryReporter
 from shuttle.logs import current_workflow
 from shuttle.metrics import RUN_ITERATIONS, RUNS_FINISHED, RUNS_STARTED
+from shuttle.plans import PlanError
 from shuttle.telemetry import background_context
 from shuttle.usage import TokenUsage
 from shuttle.workflow_log import LogCommand
@@ -338,7 +338,7 @@ class RunManager:
             await self._fail(reporter, workflow_id, "LLM_ERROR", str(exc))
         except PlanningFailed as exc:
             await self._fail(reporter, workflow_id, "PLANNING_FAILED", str(exc))
-        except ScheduleError as exc:
+        except PlanError as exc:
             await self._fail(reporter, workflow_id, "INVALID_PLAN", str(exc))
         except EmitterFailed as lost:
             log.exception("run lost its event log", extra={"workflow_id": workflow_id})

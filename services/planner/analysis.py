@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from services.planner.structured import structured_llm_call
 from shuttle.llm.protocol import LLM
-from shuttle.usage import TokenUsage
+from shuttle.plans import Analysis, StepResult
 
 RESULT_CHARS = 2_000
 """Each step's result is cut to this many characters in the prompt."""
@@ -32,28 +32,6 @@ ANALYST_PROMPT = (
 )
 
 
-@dataclass(frozen=True)
-class StepOutcome:
-    step_id: str
-    task: str
-    result: str
-    failed: bool = False
-
-
-@dataclass(frozen=True)
-class Analysis:
-    achieved: bool
-    confidence: float
-    answer: str
-    reasoning: str
-
-
-@dataclass(frozen=True)
-class AnalysisOutcome:
-    analysis: Analysis
-    usage: TokenUsage
-
-
 def parse_analysis(raw: Mapping[str, Any]) -> Analysis:
     confidence = float(raw["confidence"])
     if math.isnan(confidence):
@@ -66,7 +44,7 @@ def parse_analysis(raw: Mapping[str, Any]) -> Analysis:
     )
 
 
-def analysis_messages(query: str, results: Sequence[StepOutcome]) -> list[dict[str, Any]]:
+def analysis_messages(query: str, results: Sequence[StepResult]) -> list[dict[str, Any]]:
     lines = []
     for outcome in results:
         status = "FAILED" if outcome.failed else "done"
@@ -80,7 +58,7 @@ def analysis_messages(query: str, results: Sequence[StepOutcome]) -> list[dict[s
     ]
 
 
-async def analyze_plan(llm: LLM, query: str, results: Sequence[StepOutcome]) -> AnalysisOutcome:
+async def analyze_plan(llm: LLM, query: str, results: Sequence[StepResult]) -> Analysis:
     """Raises StructuredOutputError when the model gives no usable verdict."""
     result = await structured_llm_call(
         llm,
@@ -90,4 +68,4 @@ async def analyze_plan(llm: LLM, query: str, results: Sequence[StepOutcome]) -> 
         schema_name="submit_analysis",
         description="Whether the task is achieved, with confidence, answer and reasoning.",
     )
-    return AnalysisOutcome(result.value, result.usage)
+    return replace(result.value, usage=result.usage)

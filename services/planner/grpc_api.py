@@ -10,7 +10,7 @@ import grpc
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from services.planner.analysis import StepOutcome, analyze_plan
+from services.planner.analysis import analyze_plan
 from services.planner.planning import make_plan
 from services.planner.retry_log import retry_reporter
 from services.planner.routing import Mode, route
@@ -25,6 +25,7 @@ from shuttle.grpc_client import TENANT_METADATA_KEY
 from shuttle.grpc_server import Context
 from shuttle.llm.factory import ModelRegistry
 from shuttle.llm.protocol import LLM, ContextOverflowError, Message
+from shuttle.plans import StepResult
 from shuttle.usage import usage_to_proto
 from shuttle.utf8 import json_text
 from shuttle.v1 import common_pb2, planner_pb2, planner_pb2_grpc
@@ -199,22 +200,21 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
     ) -> planner_pb2.AnalyzePlanResponse:
         if not request.query.strip():
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "query must not be empty")
-        results = [StepOutcome(r.step_id, r.task, r.result, r.failed) for r in request.results]
+        results = [StepResult(r.step_id, r.task, r.result, r.failed) for r in request.results]
         try:
-            outcome = await analyze_plan(
+            analysis = await analyze_plan(
                 await self._model(context, "general", request.workflow_id), request.query, results
             )
         except ContextOverflowError as exc:
             await _abort(context, grpc.StatusCode.OUT_OF_RANGE, str(exc))
         except StructuredOutputError as exc:
             await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"no usable analysis: {exc}")
-        analysis = outcome.analysis
         return planner_pb2.AnalyzePlanResponse(
             achieved=analysis.achieved,
             confidence=analysis.confidence,
             answer=analysis.answer,
             reasoning=analysis.reasoning,
-            usage=usage_to_proto(outcome.usage),
+            usage=usage_to_proto(analysis.usage),
         )
 
     async def Route(

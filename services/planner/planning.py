@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from graphlib import CycleError, TopologicalSorter
 from typing import Any
 
 from services.planner.selection import ToolInfo, compact_catalog
 from services.planner.structured import StructuredLevel, structured_llm_call
 from shuttle.llm.protocol import LLM
+from shuttle.plans import PlanError, PlanStep, check_plan
 from shuttle.usage import TokenUsage
 
 MAX_STEPS = 20
@@ -54,19 +54,6 @@ PLANNER_PROMPT = (
     "(dependencies), and optionally the tool it will mostly use (tool_hint). Use as few "
     f"steps as the task needs (at most {MAX_STEPS}); no cycles."
 )
-
-
-class PlanError(ValueError):
-    """The plan cannot be used; the message says which step and why."""
-
-
-@dataclass(frozen=True)
-class PlanStep:
-    id: str
-    task: str
-    dependencies: tuple[str, ...] = ()
-    tool_hint: str = ""
-    model_hint: str = ""
 
 
 @dataclass(frozen=True)
@@ -114,35 +101,23 @@ def validate_plan(raw: Mapping[str, Any], max_steps: int = MAX_STEPS) -> Plan:
                 "model_hint": str(item.get("model_hint") or ""),
             }
         )
-    seen: dict[str, int] = {}
-    for index, draft in enumerate(drafts):
-        if draft["id"] in seen:
-            raise PlanError(
-                f"step id {draft['id']!r} is used by steps[{seen[draft['id']]}] and steps[{index}]"
-            )
-        seen[draft["id"]] = index
+    ids = {draft["id"] for draft in drafts}
     for draft in drafts:
         resolved: list[str] = []
         for dep in draft["deps"]:
-            if dep not in seen and dep.isdigit() and 1 <= int(dep) <= len(drafts):
+            if dep not in ids and dep.isdigit() and 1 <= int(dep) <= len(drafts):
                 # "2" where no step has that id: the model counted steps from 1.
                 target = drafts[int(dep) - 1]["id"]
                 repairs.append(f"step {draft['id']!r}: read dependency {dep!r} as {target!r}")
                 dep = target
-            if dep not in seen:
-                raise PlanError(f"step {draft['id']!r} depends on unknown step {dep!r}")
             if dep != draft["id"] and dep not in resolved:
                 resolved.append(dep)
         draft["deps"] = resolved
-    try:
-        TopologicalSorter({d["id"]: d["deps"] for d in drafts}).prepare()
-    except CycleError as exc:
-        cycle = " → ".join(str(node) for node in reversed(exc.args[1]))
-        raise PlanError(f"the steps depend on each other in a cycle: {cycle}") from None
     steps = tuple(
         PlanStep(d["id"], d["task"], tuple(d["deps"]), d["tool_hint"], d["model_hint"])
         for d in drafts
     )
+    check_plan(steps)
     return Plan(steps, tuple(repairs))
 
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from services.executor.dag.plan import ScheduleError, Step, check_schedule
 from services.executor.dag.steps import StepLimits
 from services.executor.ports import RunRequest
 from shuttle.llm.openai_model import OpenAIModel
+from shuttle.plans import PlanError, PlanStep, check_plan
 from shuttle.v1 import common_pb2, events_pb2, executor_pb2
 from tests.executor.conftest import TENANT, Backends, first, of_type, types_of
 from tests.support.scripted_openai import Reply, error, text, tool_call
@@ -214,13 +214,15 @@ async def test_a_cyclic_plan_is_rejected_before_any_step_runs(
 
 
 def test_the_executor_checks_schedules_itself() -> None:
-    with pytest.raises(ScheduleError, match="cycle"):
-        check_schedule([Step("a", "x", ("c",)), Step("b", "y", ("a",)), Step("c", "z", ("b",))])
-    with pytest.raises(ScheduleError, match="unknown step 'q'"):
-        check_schedule([Step("a", "x", ("q",))])
-    with pytest.raises(ScheduleError, match="used twice"):
-        check_schedule([Step("a", "x"), Step("a", "y")])
-    check_schedule([Step("a", "x"), Step("b", "y", ("a",))])
+    with pytest.raises(PlanError, match="cycle"):
+        check_plan(
+            [PlanStep("a", "x", ("c",)), PlanStep("b", "y", ("a",)), PlanStep("c", "z", ("b",))]
+        )
+    with pytest.raises(PlanError, match="unknown step 'q'"):
+        check_plan([PlanStep("a", "x", ("q",))])
+    with pytest.raises(PlanError, match=r"'a' is used by steps\[0\] and steps\[1\]"):
+        check_plan([PlanStep("a", "x"), PlanStep("a", "y")])
+    check_plan([PlanStep("a", "x"), PlanStep("b", "y", ("a",))])
 
 
 async def test_replans_until_the_analysis_is_confident(

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from services.planner.analysis import StepOutcome, analyze_plan
-from services.planner.planning import PlanError, make_plan, validate_plan
+from services.planner.analysis import analyze_plan
+from services.planner.planning import make_plan, validate_plan
 from services.planner.routing import Mode, fast_route, route
 from services.planner.selection import ToolInfo, catalog_line, select_tools
 from services.planner.structured import StructuredOutputError
+from shuttle.plans import PlanError, StepResult
 from tests.planner.conftest import llm_with
 from tests.support.scripted_openai import ScriptedOpenAI, error, text, tool_call
 
@@ -155,13 +156,13 @@ async def test_a_plan_that_never_validates_names_the_problem(server: ScriptedOpe
 async def test_analysis_reads_the_verdict_and_clamps_confidence(server: ScriptedOpenAI) -> None:
     verdict = {"achieved": True, "confidence": 1.7, "answer": "42", "reasoning": "all done"}
     server.script(tool_call("submit_analysis", verdict))
-    outcome = await analyze_plan(
+    analysis = await analyze_plan(
         selecting(server),
         "What is it?",
-        [StepOutcome("s1", "compute", "42"), StepOutcome("s2", "check", "boom", failed=True)],
+        [StepResult("s1", "compute", "42"), StepResult("s2", "check", "boom", failed=True)],
     )
-    assert outcome.analysis.confidence == 1.0 and outcome.analysis.achieved
-    assert outcome.analysis.answer == "42"
+    assert analysis.confidence == 1.0 and analysis.achieved
+    assert analysis.answer == "42"
     prompt = server.requests[0]["messages"][1]["content"]
     assert "[s1] compute (done):\n42" in prompt and "[s2] check (FAILED)" in prompt
 

@@ -7,10 +7,11 @@ from collections.abc import Sequence
 
 import grpc
 
-from services.executor.dag.plan import PlannedRound, Step
-from services.executor.dag.ports import Analysis, PlanningFailed, StepResult
+from services.executor.dag.plan import PlannedRound
+from services.executor.dag.ports import PlanningFailed
 from services.executor.ports import MODES, Route, ToolDefinition
 from shuttle.grpc_client import tenant_metadata
+from shuttle.plans import Analysis, PlanStep, StepResult
 from shuttle.usage import usage_from_proto
 from shuttle.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 
@@ -93,7 +94,7 @@ class PlannerClient:
         except grpc.aio.AioRpcError as exc:
             raise PlanningFailed(f"planner: {exc.details()}") from exc
         steps = tuple(
-            Step(s.id, s.task, tuple(s.dependencies), s.tool_hint, s.model_hint)
+            PlanStep(s.id, s.task, tuple(s.dependencies), s.tool_hint, s.model_hint)
             for s in reply.steps
         )
         return PlannedRound(steps, usage_from_proto(reply.usage), tuple(reply.repairs))

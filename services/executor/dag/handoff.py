@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from services.executor.dag.plan import Step
+from shuttle.plans import PlanStep
 
 RESULT_CHARS = 4_000
 """One dependency's result is cut to this many characters…"""
@@ -23,7 +23,7 @@ def cut(text: str, limit: int) -> str:
     return text[:head] + marker + text[len(text) - (keep - head) :]
 
 
-def handed_over(step: Step, results: Mapping[str, str]) -> dict[str, str]:
+def handed_over(step: PlanStep, results: Mapping[str, str]) -> dict[str, str]:
     """Each dependency's result as it is handed to `step`, cut to the step's share."""
     deps = [d for d in step.dependencies if d in results]
     if not deps:
@@ -33,7 +33,7 @@ def handed_over(step: Step, results: Mapping[str, str]) -> dict[str, str]:
 
 
 def step_prompt(
-    query: str, step: Step, inputs: Mapping[str, str], follow_ups: Sequence[str]
+    query: str, step: PlanStep, inputs: Mapping[str, str], follow_ups: Sequence[str]
 ) -> str:
     parts = [
         f"You are one agent of a team working on this overall task:\n{query}",

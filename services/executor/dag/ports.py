@@ -3,30 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from services.executor.dag.plan import PlannedRound
 from services.executor.ports import ToolDefinition
 from shuttle.llm.protocol import LLM
-from shuttle.usage import TokenUsage
-
-
-@dataclass(frozen=True)
-class StepResult:
-    step_id: str
-    task: str
-    result: str
-    failed: bool = False
-
-
-@dataclass(frozen=True)
-class Analysis:
-    achieved: bool
-    confidence: float
-    answer: str
-    reasoning: str
-    usage: TokenUsage
+from shuttle.plans import Analysis, StepResult
 
 
 class PlanningFailed(Exception):

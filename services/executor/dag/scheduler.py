@@ -12,14 +12,14 @@ from typing import Any
 from services.executor.dag.control import TeamControl
 from services.executor.dag.events import TeamReporter
 from services.executor.dag.handoff import handed_over
-from services.executor.dag.plan import Step, check_schedule
 from services.executor.policies.control import RunCancelled
+from shuttle.plans import PlanStep, check_plan
 from shuttle.usage import TokenUsage
 
 
 @dataclass
 class StepOutcome:
-    step: Step
+    step: PlanStep
     result: str
     failed: bool = False
     usage: TokenUsage = field(default_factory=TokenUsage)
@@ -30,7 +30,7 @@ class StepOutcome:
     """The team's budget ran out while the step ran: its result is what it had by then."""
 
 
-RunStep = Callable[[Step, Mapping[str, str]], Coroutine[Any, Any, StepOutcome]]
+RunStep = Callable[[PlanStep, Mapping[str, str]], Coroutine[Any, Any, StepOutcome]]
 """Runs one step given its dependencies' results (as handed over); never raises for a
 failure of the step itself, only RunCancelled."""
 
@@ -41,7 +41,7 @@ Gate = Callable[[], str | None]
 class RoundScheduler:
     def __init__(
         self,
-        steps: Sequence[Step],
+        steps: Sequence[PlanStep],
         run_step: RunStep,
         team: TeamReporter,
         control: TeamControl,
@@ -49,7 +49,7 @@ class RoundScheduler:
         max_parallel: int = 5,
         gate: Gate | None = None,
     ) -> None:
-        check_schedule(steps)
+        check_plan(steps)
         self._steps = list(steps)
         self._run_step = run_step
         self._team = team
@@ -57,7 +57,7 @@ class RoundScheduler:
         self._max_parallel = max(1, max_parallel)
         self._gate = gate or (lambda: None)
         self._outcomes: dict[str, StepOutcome] = {}
-        self._running: dict[asyncio.Task[StepOutcome], Step] = {}
+        self._running: dict[asyncio.Task[StepOutcome], PlanStep] = {}
 
     @property
     def _parallel(self) -> bool:
@@ -118,11 +118,11 @@ class RoundScheduler:
                     changed = True
         await self._report_status()
 
-    def _pending(self) -> list[Step]:
+    def _pending(self) -> list[PlanStep]:
         started = {s.id for s in self._running.values()}
         return [s for s in self._steps if s.id not in self._outcomes and s.id not in started]
 
-    async def _start(self, step: Step) -> None:
+    async def _start(self, step: PlanStep) -> None:
         await self._control.pause_point("dag_step")
         results = {d: self._outcomes[d].result for d in step.dependencies}
         inputs = handed_over(step, results)
@@ -133,7 +133,7 @@ class RoundScheduler:
         task = asyncio.create_task(self._run_step(step, inputs), name=f"step:{step.id}")
         self._running[task] = step
 
-    async def _skip(self, step: Step, error_type: str, reason: str) -> None:
+    async def _skip(self, step: PlanStep, error_type: str, reason: str) -> None:
         self._outcomes[step.id] = StepOutcome(step, reason, failed=True, ran=False)
         await self._team.step_failed(step.id, error_type, reason)
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass, replace
 from services.executor.dag.control import TeamControl
 from services.executor.dag.events import Member, TeamReporter
 from services.executor.dag.handoff import step_prompt
-from services.executor.dag.plan import Step
 from services.executor.dag.ports import ModelPicker
 from services.executor.dag.scheduler import StepOutcome
 from services.executor.engine.loop import ReActAgent
@@ -23,6 +22,7 @@ from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolPort, ToolSelector
 from shuttle.llm.protocol import LLM, ROLES, LLMError
 from shuttle.llm.retry_events import RetryReporter
+from shuttle.plans import PlanStep
 from shuttle.usage import TokenUsage
 
 
@@ -42,7 +42,7 @@ def pick_model(models: ModelPicker | None, hint: str, default: LLM) -> LLM:
     return models.for_role(hint) if hint in ROLES else default
 
 
-def member_for(step: Step, llm: LLM) -> Member:
+def member_for(step: PlanStep, llm: LLM) -> Member:
     capabilities: tuple[str, ...]
     if step.tool_hint:
         role, capabilities = f"{step.tool_hint}-specialist", (step.tool_hint,)
@@ -93,10 +93,12 @@ class StepAgents:
             total += agent.usage
         return total
 
-    def model_for(self, step: Step) -> LLM:
+    def model_for(self, step: PlanStep) -> LLM:
         return pick_model(self._models, step.model_hint, self._llm)
 
-    async def run(self, step: Step, inputs: Mapping[str, str], budget: TokenBudget) -> StepOutcome:
+    async def run(
+        self, step: PlanStep, inputs: Mapping[str, str], budget: TokenBudget
+    ) -> StepOutcome:
         """Runs `step` spending the team's `budget`, which every running step checks before
         each model call: once it is spent, each stops at its next call."""
         member = member_for(step, self.model_for(step))
@@ -146,7 +148,7 @@ class StepAgents:
         )
 
     async def _failed(
-        self, step: Step, agent: ReActAgent, error_type: str, reason: str
+        self, step: PlanStep, agent: ReActAgent, error_type: str, reason: str
     ) -> StepOutcome:
         await self._team.step_failed(step.id, error_type, reason)
         return StepOutcome(step, reason, failed=True, usage=agent.usage)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from services.executor.dag.control import TeamControl
 from services.executor.dag.events import TeamReporter
-from services.executor.dag.plan import Step, check_schedule, qualify
-from services.executor.dag.ports import Analysis, DagPlanner, StepResult
+from services.executor.dag.plan import qualify
+from services.executor.dag.ports import DagPlanner
 from services.executor.dag.scheduler import RoundScheduler, StepOutcome
 from services.executor.dag.steps import StepAgents, member_for
 from services.executor.dag.synthesis import (
@@ -26,6 +26,7 @@ from services.executor.policies.control import RunCancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolDefinition
 from shuttle.llm.protocol import LLM
+from shuttle.plans import Analysis, PlanStep, StepResult, check_plan
 from shuttle.usage import TokenUsage
 
 
@@ -169,14 +170,14 @@ class TeamRun:
 
     async def _plan(
         self, number: int, tools: Sequence[ToolDefinition], context: str
-    ) -> tuple[Step, ...]:
+    ) -> tuple[PlanStep, ...]:
         await self._reporter.status_update(
             "", f"Planning round {number}", {"phase": "planning", "round": number}
         )
         planned = await self._planner.plan(self._ctx.workflow_id, self._query, tools, context)
         await self._charge(planned.usage)
         steps = qualify(planned.steps, number)
-        check_schedule(steps)
+        check_plan(steps)
         await self._reporter.status_update(
             "",
             f"Plan of round {number}: {len(steps)} steps",
@@ -198,14 +199,14 @@ class TeamRun:
         )
         return steps
 
-    async def _recruit(self, number: int, steps: Sequence[Step], tool_names: list[str]) -> None:
+    async def _recruit(self, number: int, steps: Sequence[PlanStep], tool_names: list[str]) -> None:
         members = [member_for(s, self._agents.model_for(s)) for s in steps]
         await self._team.recruited(members, number)
         for member in members:
             await self._team.role_assigned(member, tool_names)
         self._recruited += len(members)
 
-    async def _run_step(self, step: Step, inputs: Mapping[str, str]) -> StepOutcome:
+    async def _run_step(self, step: PlanStep, inputs: Mapping[str, str]) -> StepOutcome:
         return await self._agents.run(step, inputs, self._budget)
 
     async def _charge(self, usage: TokenUsage) -> None:
