@@ -7,9 +7,10 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from shuttle.events_client import EventsClient
 from shuttle.grpc_client import open_channel, tenant_metadata
 from shuttle.settings import Settings
-from shuttle.v1 import events_pb2_grpc, executor_pb2_grpc, tools_pb2_grpc
+from shuttle.v1 import executor_pb2_grpc, tools_pb2_grpc
 
 BACKEND_NAMES = ("executor", "events", "tools", "planner")
 __all__ = ["BACKEND_NAMES", "Backends", "tenant_metadata"]
@@ -18,7 +19,7 @@ __all__ = ["BACKEND_NAMES", "Backends", "tenant_metadata"]
 @dataclass
 class Backends:
     executor: executor_pb2_grpc.ExecutorServiceAsyncStub
-    events: events_pb2_grpc.EventServiceAsyncStub
+    events: EventsClient
     tools: tools_pb2_grpc.ToolServiceAsyncStub
     channels: dict[str, grpc.aio.Channel]
 
@@ -27,7 +28,7 @@ class Backends:
         channels = {name: open_channel(settings.grpc_target(name)) for name in BACKEND_NAMES}
         return cls(
             executor=executor_pb2_grpc.ExecutorServiceStub(channels["executor"]),
-            events=events_pb2_grpc.EventServiceStub(channels["events"]),
+            events=EventsClient(channels["events"], retry_seconds=settings.events_retry_seconds),
             tools=tools_pb2_grpc.ToolServiceStub(channels["tools"]),
             channels=channels,
         )

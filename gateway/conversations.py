@@ -15,7 +15,7 @@ from gateway.errors import ApiError
 from gateway.stores.sessions import RUNNING, Session, SessionStore, Turn
 from gateway.workflow_status import status_name
 from shuttle.usage import TokenUsage, usage_from_proto
-from shuttle.v1 import events_pb2, tools_pb2
+from shuttle.v1 import tools_pb2
 
 ENDED = {"completed", "failed", "cancelled"}
 
@@ -37,10 +37,7 @@ async def settled_turns(
         if not turn.open or turn.workflow_id is None:
             continue
         try:
-            wf = await backends.events.GetWorkflow(
-                events_pb2.GetWorkflowRequest(workflow_id=turn.workflow_id, tenant_id=tenant_id),
-                metadata=tenant_metadata(tenant_id),
-            )
+            wf = await backends.events.get_workflow(turn.workflow_id, tenant_id)
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.NOT_FOUND:
                 raise
@@ -79,10 +76,7 @@ async def delete_session(
             tools_pb2.DeleteWorkflowDataRequest(tenant_id=tenant_id, workflow_ids=batch),
             metadata=metadata,
         )
-        await backends.events.DeleteWorkflows(
-            events_pb2.DeleteWorkflowsRequest(tenant_id=tenant_id, workflow_ids=batch),
-            metadata=metadata,
-        )
+        await backends.events.delete_workflows(tenant_id, batch)
     await store.delete(tenant_id, session_id, workflow_ids)
     return workflow_ids
 

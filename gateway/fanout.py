@@ -1,12 +1,12 @@
 """Watchers of one workflow share one upstream call and each event's rendering.
 
 A *feed* per (tenant, workflow) in this process follows the log through one
-`EventService.StreamBatches` call (`upstream.follow`, which rides out restarts), renders each
-event once, and keeps the newest rendered chunks (one per upstream batch) in a buffer bounded
-in bytes. It never waits for a watcher; it reads the next batch only once some watcher has
-taken everything, so nobody's events are read ahead for nobody. Watchers at the head are woken
-in rounds paced by how many wait (shuttle.paced_signal), so a busy log reaches a crowd as a
-few joined writes each rather than one write per upstream batch.
+`EventService.StreamBatches` call (the events client's `follow`, which rides out restarts),
+renders each event once, and keeps the newest rendered chunks (one per upstream batch) in a
+buffer bounded in bytes. It never waits for a watcher; it reads the next batch only once
+some watcher has taken everything, so nobody's events are read ahead for nobody. Watchers at
+the head are woken in rounds paced by how many wait (shuttle.paced_signal), so a busy log
+reaches a crowd as a few joined writes each rather than one write per upstream batch.
 
 A *watcher* is a cursor: the seq it needs next. It takes what the buffer holds past its
 cursor, a chunk at a time; a watcher that takes a whole chunk gets the chunk's own bytes.
@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from shuttle.events_client.follow import STREAM_END, Upstream, UpstreamError, follow
+from shuttle.events_client import EventsClient
+from shuttle.events_client.follow import STREAM_END, Upstream, UpstreamError
 from shuttle.metrics import SSE_CATCHUPS, SSE_FEEDS
 from shuttle.paced_signal import SECONDS_PER_SSE_CLIENT, PacedSignal
-from shuttle.v1 import common_pb2, events_pb2_grpc
+from shuttle.v1 import common_pb2
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ class FanOut:
 
     def __init__(
         self,
-        events: events_pb2_grpc.EventServiceAsyncStub,
+        events: EventsClient,
         render: Render,
         *,
         buffer_bytes: int,
@@ -303,7 +304,7 @@ class FanOut:
         await asyncio.gather(*(f.task for f in feeds if f.task), return_exceptions=True)
 
     def _follow(self, tenant: str, workflow_id: str, from_seq: int) -> Upstream:
-        return follow(self._events, tenant, workflow_id, from_seq, self._retry_seconds)
+        return self._events.follow(workflow_id, tenant, from_seq, retry_seconds=self._retry_seconds)
 
     def _join(self, key: FeedKey, from_seq: int) -> Feed:
         feed = self._feeds.get(key)

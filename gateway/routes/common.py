@@ -9,13 +9,13 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from gateway.backends import Backends, tenant_metadata
+from gateway.backends import Backends
 from gateway.errors import ApiError
 from gateway.fanout import FanOut
 from gateway.stores.sessions import SessionStore
 from gateway.stores.task_index import TaskIndex
-from shuttle.envelope import type_value
-from shuttle.v1 import common_pb2, events_pb2
+from shuttle.envelope import type_name, type_value
+from shuttle.v1 import events_pb2
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"description": text}
@@ -57,10 +57,7 @@ Sessions = Annotated[SessionStore, Depends(sessions_of)]
 
 async def workflow_of(clients: Backends, tenant: str, workflow_id: str) -> events_pb2.Workflow:
     """The workflow's record in the events service; NOT_FOUND (404) unless it is `tenant`'s."""
-    return await clients.events.GetWorkflow(
-        events_pb2.GetWorkflowRequest(workflow_id=workflow_id, tenant_id=tenant),
-        metadata=tenant_metadata(tenant),
-    )
+    return await clients.events.get_workflow(workflow_id, tenant)
 
 
 async def require_workflow(clients: Backends, tenant: str, workflow_id: str) -> None:
@@ -68,10 +65,12 @@ async def require_workflow(clients: Backends, tenant: str, workflow_id: str) -> 
     await workflow_of(clients, tenant, workflow_id)
 
 
-def parse_types(raw: str | None) -> list[common_pb2.EventType.ValueType]:
+def parse_types(raw: str | None) -> list[str]:
+    """The bare names of a `types` query (`TOOL_INVOKED,TOOL_OBSERVATION`); 400 for one
+    that is no event type."""
     if not raw:
         return []
     try:
-        return [type_value(name) for name in raw.split(",") if name.strip()]
+        return [type_name(type_value(name)) for name in raw.split(",") if name.strip()]
     except ValueError as exc:
         raise ApiError(400, "invalid_argument", str(exc)) from None

@@ -26,7 +26,7 @@ from gateway.errors import ApiError, from_grpc_status
 from gateway.routes.common import Clients, Index, Sessions
 from gateway.submit import TaskSpec, submit
 from shuttle.envelope import type_name
-from shuttle.events_client.follow import UpstreamError, follow
+from shuttle.events_client.follow import UpstreamError
 from shuttle.settings import Settings
 from shuttle.utf8 import ensure_utf8, json_text
 
@@ -116,7 +116,7 @@ async def list_models(caller: CallerDep, request: Request) -> dict[str, Any]:
 async def _events(
     backends: Backends, tenant: str, workflow_id: str, retry_seconds: float
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    log = follow(backends.events, tenant, workflow_id, 1, retry_seconds)
+    log = backends.events.follow(workflow_id, tenant, retry_seconds=retry_seconds)
     try:
         async for events in log:
             for event in events:

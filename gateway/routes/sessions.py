@@ -6,13 +6,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 
-from gateway.backends import tenant_metadata
 from gateway.conversations import delete_session, session_or_404, settled_turns
 from gateway.edge.tenancy import CallerDep
 from gateway.routes.common import ERRORS, Clients, Sessions, parse_types
 from gateway.stores.sessions import Session, Turn
 from shuttle.envelope import to_json_dict
-from shuttle.v1 import events_pb2
 
 router = APIRouter(prefix="/api/v1", tags=["sessions"])
 
@@ -87,15 +85,8 @@ async def session_events(
             continue
         from_seq = 1
         while from_seq:
-            page = await clients.events.List(
-                events_pb2.ListRequest(
-                    workflow_id=turn.workflow_id,
-                    tenant_id=tenant,
-                    from_seq=from_seq,
-                    limit=PAGE,
-                    types=wanted,
-                ),
-                metadata=tenant_metadata(tenant),
+            page = await clients.events.list_events(
+                turn.workflow_id, tenant, from_seq=from_seq, limit=PAGE, types=wanted
             )
             events += [to_json_dict(e) for e in page.events]
             from_seq = page.next_seq

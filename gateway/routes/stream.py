@@ -24,7 +24,7 @@ from gateway.errors import ApiError
 from gateway.fanout import Chunk, FanOut
 from gateway.routes.common import ERRORS, Clients, Fanout, parse_types, require_workflow
 from gateway.routes.react_channels import ReactChannelTranslator
-from shuttle.envelope import to_json_dict, type_name
+from shuttle.envelope import to_json_dict, type_name, type_value
 from shuttle.events_client.follow import UpstreamError
 from shuttle.metrics import SSE_CONNECTIONS
 from shuttle.utf8 import json_text
@@ -123,12 +123,13 @@ async def open_stream(
     tenant: str,
     workflow_id: str,
     from_seq: int,
-    types: list[common_pb2.EventType.ValueType],
+    types: list[str],
     dialect: Dialect = "typed",
 ) -> EventSourceResponse:
     # Check before answering 200, so a wrong id is a JSON 404 and not an empty stream.
     await require_workflow(clients, tenant, workflow_id)
-    chunks = fanout.watch(tenant, workflow_id, from_seq, frozenset(types) if types else None)
+    wanted = frozenset(type_value(name) for name in types) if types else None
+    chunks = fanout.watch(tenant, workflow_id, from_seq, wanted)
     dialect = DIALECT_ALIASES.get(dialect, dialect)
     translate = react_channel_bytes() if dialect == "react" else None
 

@@ -10,7 +10,6 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from gateway.backends import tenant_metadata
 from gateway.edge.tenancy import CallerDep
 from gateway.errors import ApiError
 from gateway.routes.common import ERRORS, Clients, Index, Sessions, parse_types, workflow_of
@@ -159,16 +158,13 @@ async def list_events(
 ) -> dict[str, Any]:
     """One page of the workflow's log."""
     tenant = caller.tenant_id
-    page = await clients.events.List(
-        events_pb2.ListRequest(
-            workflow_id=workflow_id,
-            tenant_id=tenant,
-            from_seq=from_seq,
-            limit=limit,
-            types=parse_types(types),
-            full_results=full_results,
-        ),
-        metadata=tenant_metadata(tenant),
+    page = await clients.events.list_events(
+        workflow_id,
+        tenant,
+        from_seq=from_seq,
+        limit=limit,
+        types=parse_types(types),
+        full_results=full_results,
     )
     return {
         "workflow_id": workflow_id,

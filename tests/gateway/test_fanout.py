@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 from gateway.fanout import RECENT_BYTES, Chunk, FanOut
 from gateway.routes.stream import typed_frame
 from shuttle.envelope import type_name, type_value
+from shuttle.events_client import EventsClient
 from shuttle.events_client.follow import UpstreamError
 from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
@@ -30,16 +31,22 @@ TENANT = "acme"
 
 
 @pytest.fixture
-async def stub(events_process: EventsProcess) -> AsyncIterator[Stub]:
-    async with grpc.aio.insecure_channel(events_process.target) as channel:
-        yield events_pb2_grpc.EventServiceStub(channel)
+async def channel(events_process: EventsProcess) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(events_process.target) as opened:
+        yield opened
+
+
+@pytest.fixture
+def stub(channel: grpc.aio.Channel) -> Stub:
+    """For the tests' own appends."""
+    return events_pb2_grpc.EventServiceStub(channel)
 
 
 def fanout_of(
-    stub: Stub, buffer_bytes: int = 1 << 20, seconds_per_watcher: float = 0.0001
+    channel: grpc.aio.Channel, buffer_bytes: int = 1 << 20, seconds_per_watcher: float = 0.0001
 ) -> FanOut:
     return FanOut(
-        stub,
+        EventsClient(channel),
         typed_frame,
         buffer_bytes=buffer_bytes,
         retry_seconds=30,
@@ -105,11 +112,11 @@ def catchups() -> float:
 
 
 async def test_watchers_from_different_points_get_exactly_the_log_over_one_upstream_call(
-    stub: Stub, events_process: EventsProcess
+    channel: grpc.aio.Channel, stub: Stub, events_process: EventsProcess
 ) -> None:
     workflow_id = await create(stub)
     await append(stub, workflow_id, *progress(5))
-    fanout = fanout_of(stub)
+    fanout = fanout_of(channel)
     calls_before = events_process.finished_streams()
     catchups_before = catchups()
     # The first watcher opens the feed at seq 4; eight more join at the same point.
@@ -142,10 +149,10 @@ async def test_watchers_from_different_points_get_exactly_the_log_over_one_upstr
 
 
 async def test_the_upstream_call_ends_when_the_last_watcher_leaves(
-    stub: Stub, events_process: EventsProcess
+    channel: grpc.aio.Channel, stub: Stub, events_process: EventsProcess
 ) -> None:
     workflow_id = await create(stub)
-    fanout = fanout_of(stub)
+    fanout = fanout_of(channel)
     calls_before = events_process.finished_streams()
     readers = [Reader(fanout.watch(TENANT, workflow_id, 1)) for _ in range(20)]
     await append(stub, workflow_id, *progress(3))
@@ -167,11 +174,12 @@ async def test_the_upstream_call_ends_when_the_last_watcher_leaves(
 
 
 async def test_a_watcher_that_stops_reading_holds_nobody_back_and_the_buffer_stays_bounded(
+    channel: grpc.aio.Channel,
     stub: Stub,
 ) -> None:
     workflow_id = await create(stub)
     limit = 16 * 1024
-    fanout = fanout_of(stub, buffer_bytes=limit)
+    fanout = fanout_of(channel, buffer_bytes=limit)
     stalled = fanout.watch(TENANT, workflow_id, 1)
     first = asyncio.create_task(anext(stalled))
     readers = [Reader(fanout.watch(TENANT, workflow_id, 1)) for _ in range(3)]
@@ -196,10 +204,11 @@ async def test_a_watcher_that_stops_reading_holds_nobody_back_and_the_buffer_sta
 
 
 async def test_the_buffer_keeps_only_recent_frames_once_every_watcher_has_them(
+    channel: grpc.aio.Channel,
     stub: Stub,
 ) -> None:
     workflow_id = await create(stub)
-    fanout = fanout_of(stub, buffer_bytes=1 << 20)
+    fanout = fanout_of(channel, buffer_bytes=1 << 20)
     readers = [Reader(fanout.watch(TENANT, workflow_id, 1)) for _ in range(3)]
     largest = 0
     for step in range(1, 41):  # about 480 KiB of frames
@@ -215,9 +224,11 @@ async def test_the_buffer_keeps_only_recent_frames_once_every_watcher_has_them(
     assert all(r.seqs == list(range(1, 403)) for r in readers)
 
 
-async def test_a_watcher_some_chunks_behind_takes_them_in_one_piece(stub: Stub) -> None:
+async def test_a_watcher_some_chunks_behind_takes_them_in_one_piece(
+    channel: grpc.aio.Channel, stub: Stub
+) -> None:
     workflow_id = await create(stub)
-    fanout = fanout_of(stub)
+    fanout = fanout_of(channel)
     fast = Reader(fanout.watch(TENANT, workflow_id, 1))
     slow = fanout.watch(TENANT, workflow_id, 1)
     first = asyncio.create_task(anext(slow))
@@ -235,11 +246,13 @@ async def test_a_watcher_some_chunks_behind_takes_them_in_one_piece(stub: Stub) 
     await fast.chunks.aclose()
 
 
-async def crowd_watching_a_busy_log(stub: Stub, seconds_per_watcher: float) -> list[int]:
+async def crowd_watching_a_busy_log(
+    channel: grpc.aio.Channel, stub: Stub, seconds_per_watcher: float
+) -> list[int]:
     """Twenty watchers at the head while 40 appends come one after another (each its own
     upstream batch); each must get the whole log. Returns the chunks each one took."""
     workflow_id = await create(stub)
-    fanout = fanout_of(stub, seconds_per_watcher=seconds_per_watcher)
+    fanout = fanout_of(channel, seconds_per_watcher=seconds_per_watcher)
     readers = [Reader(fanout.watch(TENANT, workflow_id, 1)) for _ in range(20)]
     await append(stub, workflow_id, *progress(1))
     for reader in readers:
@@ -252,18 +265,20 @@ async def crowd_watching_a_busy_log(stub: Stub, seconds_per_watcher: float) -> l
     return [r.chunks_taken for r in readers]
 
 
-async def test_a_crowd_of_watchers_takes_a_busy_log_in_few_writes(stub: Stub) -> None:
+async def test_a_crowd_of_watchers_takes_a_busy_log_in_few_writes(
+    channel: grpc.aio.Channel, stub: Stub
+) -> None:
     # 20 watchers at 5 ms each: one wake-up per 0.1 s while appends keep coming, and the
     # feed reads on meanwhile, so each round hands over everything that came.
-    paced = await crowd_watching_a_busy_log(stub, seconds_per_watcher=0.005)
-    unpaced = await crowd_watching_a_busy_log(stub, seconds_per_watcher=0.0)
+    paced = await crowd_watching_a_busy_log(channel, stub, seconds_per_watcher=0.005)
+    unpaced = await crowd_watching_a_busy_log(channel, stub, seconds_per_watcher=0.0)
     assert max(paced) < min(unpaced)
     assert max(paced) <= 10
 
 
-async def test_tenants_never_share_a_feed(stub: Stub) -> None:
+async def test_tenants_never_share_a_feed(channel: grpc.aio.Channel, stub: Stub) -> None:
     workflow_id = await create(stub)
-    fanout = fanout_of(stub)
+    fanout = fanout_of(channel)
     owner = Reader(fanout.watch(TENANT, workflow_id, 1))
     await append(stub, workflow_id, *progress(1))
     await owner.until(1)
@@ -282,7 +297,7 @@ async def test_an_events_service_restart_loses_and_repeats_nothing(tmp_path: Pat
         async with grpc.aio.insecure_channel(process.target) as channel:
             stub: Stub = events_pb2_grpc.EventServiceStub(channel)
             workflow_id = await create(stub)
-            fanout = fanout_of(stub)
+            fanout = fanout_of(channel)
             readers = [Reader(fanout.watch(TENANT, workflow_id, 1)) for _ in range(5)]
             await append(stub, workflow_id, *progress(3))
             for reader in readers:
