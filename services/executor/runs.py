@@ -18,6 +18,7 @@ from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import RunContext
 from services.executor.lease import LeaseKeeper, Leasing
+from services.executor.log.closing import close, end_refused_log, fail
 from services.executor.log.emitter import EmitterFailed, EventEmitter
 from services.executor.log.reporter import RunReporter
 from services.executor.policies.control import RunCancelled
@@ -310,7 +311,7 @@ class RunManager:
             )
             RUNS_FINISHED.labels("completed").inc()
             log.info("run completed", extra={"iterations": result.iterations})
-            await self._close(reporter, workflow_id)
+            await close(reporter, workflow_id)
         except RunCancelled as cancelled:
             await reporter.workflow_cancelled(
                 cancelled.checkpoint,
@@ -320,12 +321,10 @@ class RunManager:
             )
             RUNS_FINISHED.labels("cancelled").inc()
             log.info("run cancelled", extra={"checkpoint": cancelled.checkpoint})
-            await self._close(reporter, workflow_id)
+            await close(reporter, workflow_id)
         except asyncio.CancelledError:
             if lease is None or lease.lost is None:
-                await self._fail(
-                    reporter, workflow_id, "SHUTDOWN", "the executor shut down mid-run"
-                )
+                await fail(reporter, workflow_id, "SHUTDOWN", "the executor shut down mid-run")
                 raise
             # The lease keeper cancelled the run: whoever took the lease has ended the log,
             # so there is nothing left to report.
@@ -335,57 +334,24 @@ class RunManager:
             RUNS_FINISHED.labels("lost").inc()
             log.warning("run stopped: its lease was refused (%s)", lease.lost)
         except LLMError as exc:
-            await self._fail(reporter, workflow_id, "LLM_ERROR", str(exc))
+            await fail(reporter, workflow_id, "LLM_ERROR", str(exc))
         except PlanningFailed as exc:
-            await self._fail(reporter, workflow_id, "PLANNING_FAILED", str(exc))
+            await fail(reporter, workflow_id, "PLANNING_FAILED", str(exc))
         except PlanError as exc:
-            await self._fail(reporter, workflow_id, "INVALID_PLAN", str(exc))
+            await fail(reporter, workflow_id, "INVALID_PLAN", str(exc))
         except EmitterFailed as lost:
             log.exception("run lost its event log", extra={"workflow_id": workflow_id})
             if lost.refused:
-                await self._end_refused_log(reporter, lost)
+                await end_refused_log(reporter, lost)
         except Exception as exc:
             log.exception("run failed", extra={"workflow_id": workflow_id})
-            await self._fail(reporter, workflow_id, "INTERNAL", f"{type(exc).__name__}: {exc}")
+            await fail(reporter, workflow_id, "INTERNAL", f"{type(exc).__name__}: {exc}")
         finally:
             await _cancel(catalog)  # not taken when the run ended before its agent started
             if lease is not None:
                 await lease.stop()
             with contextlib.suppress(EmitterFailed):
                 await emitter.close()
-
-    async def _fail(
-        self, reporter: RunReporter, workflow_id: str, error_type: str, message: str
-    ) -> None:
-        RUNS_FINISHED.labels("failed").inc()
-        log.warning("run failed: %s", message, extra={"error_type": error_type})
-        try:
-            await reporter.error(error_type, message, fatal=True)
-        except Exception:
-            log.exception("could not record the failure", extra={"workflow_id": workflow_id})
-        await self._close(reporter, workflow_id)
-
-    async def _end_refused_log(self, reporter: RunReporter, lost: EmitterFailed) -> None:
-        """After the log refused one of the run's batches, end it with the reason, so that
-        its subscribers learn why rather than wait for events that will never come."""
-        last_words = reporter.successor()
-        try:
-            await last_words.error("INTERNAL", str(lost), fatal=True)
-            await last_words.stream_end()
-            await last_words.flush()
-        except Exception:
-            log.exception("could not record the failure")
-
-    async def _close(self, reporter: RunReporter, workflow_id: str) -> None:
-        try:
-            await reporter.stream_end()
-            await reporter.flush()
-        except EmitterFailed as lost:
-            log.exception("could not close the log", extra={"workflow_id": workflow_id})
-            if lost.refused:
-                await self._end_refused_log(reporter, lost)
-        except Exception:
-            log.exception("could not close the log", extra={"workflow_id": workflow_id})
 
     async def shutdown(self, grace_seconds: float) -> None:
         """Let runs finish within the grace period, then cancel the rest (their logs say so)."""
