@@ -58,7 +58,7 @@ def stream_id(seq: int) -> str:
 
 
 def to_json_dict(event: common_pb2.Event) -> dict[str, Any]:
-    """The envelope as browsers and history readers see it (DESIGN §3)."""
+    """The envelope as browsers and history readers see it."""
     timestamp = event.timestamp.ToDatetime().isoformat(timespec="milliseconds") + "Z"
     return {
         "workflow_id": event.workflow_id,

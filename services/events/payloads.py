@@ -1,4 +1,5 @@
-"""Payload rules the log enforces whatever a producer sends (DESIGN §3)."""
+"""Payload rules the log enforces whatever a producer sends: valid JSON, the TOOL_OBSERVATION
+cut, what a terminal event must carry."""
 
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ async def test_a_reply_of_megabytes_is_cut_to_what_the_log_takes_and_the_run_end
     backends: Backends, model: ScriptedOpenAI
 ) -> None:
     # Each of these events would be over the log's 4 MiB batch limit on its own, and a
-    # refused batch used to leave the run's subscribers waiting for ever.
+    # refused batch would leave the run's subscribers waiting for ever.
     big = "x" * 5_000_000
     model.script(
         Reply(content=big, tool_calls=[("call_s", "calculator", {"expression": "1+1"})]),

@@ -1,4 +1,5 @@
-"""The shuttle.v1 contract: every service, RPC and event type that DESIGN sections 3-4 name."""
+"""The shuttle.v1 contract: every service, RPC and the 35 event types that clients are built
+against, exactly as they are named."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from shuttle.v1 import common_pb2, events_pb2, executor_pb2, planner_pb2, tools_
 
 ROOT = Path(__file__).resolve().parents[2]
 
-DESIGN_EVENT_TYPES = [
+CONTRACT_EVENT_TYPES = [
     "WORKFLOW_STARTED",
     "WORKFLOW_COMPLETED",
     "WORKFLOW_PAUSING",
@@ -52,7 +53,7 @@ DESIGN_EVENT_TYPES = [
     "STREAM_END",
 ]
 
-DESIGN_RPCS = {
+CONTRACT_RPCS = {
     (events_pb2, "EventService"): {"CreateWorkflow", "GetWorkflow", "Append", "Stream", "List"},
     (planner_pb2, "PlannerService"): {
         "StructuredCall",
@@ -67,13 +68,13 @@ DESIGN_RPCS = {
 
 
 def test_the_enum_holds_exactly_the_35_catalogue_types() -> None:
-    assert len(DESIGN_EVENT_TYPES) == 35
-    assert list(EVENT_TYPE_NAMES) == DESIGN_EVENT_TYPES
+    assert len(CONTRACT_EVENT_TYPES) == 35
+    assert list(EVENT_TYPE_NAMES) == CONTRACT_EVENT_TYPES
     assert common_pb2.EVENT_TYPE_UNSPECIFIED == 0
 
 
 def test_type_names_and_values_agree_with_the_enum_in_every_spelling() -> None:
-    for name in DESIGN_EVENT_TYPES:
+    for name in CONTRACT_EVENT_TYPES:
         value = common_pb2.EventType.Value(f"EVENT_TYPE_{name}")
         assert type_name(value) == name
         for spelling in (name, name.lower(), f" EVENT_TYPE_{name} "):
@@ -86,7 +87,7 @@ def test_type_names_and_values_agree_with_the_enum_in_every_spelling() -> None:
 
 
 def test_every_service_declares_the_rpcs_of_the_design() -> None:
-    for (module, service), rpcs in DESIGN_RPCS.items():
+    for (module, service), rpcs in CONTRACT_RPCS.items():
         descriptor = module.DESCRIPTOR.services_by_name[service]
         assert descriptor.full_name == f"shuttle.v1.{service}"
         # The design's RPCs are the floor; services may add more.
