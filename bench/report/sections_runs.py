@@ -151,7 +151,7 @@ one out of the pool per transaction: a small write plus a read costs 0.65 ms of 
 whose reference loop took 167–179 ms.
 
 A run's batch of events lingers 5 ms after its oldest event (`SHUTTLE_EVENTS_LINGER_MS`,
-`services/executor/emitter.py`) unless it is full or the run flushes, so that the events
+`services/executor/log/emitter.py`) unless it is full or the run flushes, so that the events
 before and after a fast tool call share one Append. Runs of 50 tool rounds at the
 zero-latency model make 46 Appends with the linger and 72 without it
 (`SHUTTLE_EVENTS_LINGER_MS=0`); the events service's CPU per iteration is 2.29 ms against

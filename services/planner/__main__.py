@@ -19,7 +19,7 @@ log = logging.getLogger("planner")
 async def build(settings: Settings) -> GrpcService:
     models = build_registry(settings).traced()
     events_channel = open_channel(settings.grpc_target("events"))
-    events = EventsClient(events_channel)
+    events = EventsClient(events_channel, retry_seconds=settings.events_retry_seconds)
     log.info("planner models: %s", ", ".join(models.names))
     return GrpcService(
         name="planner",

@@ -90,7 +90,8 @@ async def build(settings: Settings) -> GrpcService:
     audit_writes = writes_for(engine)
     events_channel = open_channel(settings.grpc_target("events"))
     approvals = ApprovalService(
-        ApprovalStore(engine), GrpcWorkflowLog(EventsClient(events_channel))
+        ApprovalStore(engine),
+        GrpcWorkflowLog(EventsClient(events_channel, retry_seconds=settings.events_retry_seconds)),
     )
     buckets = _buckets(settings)
     try:

@@ -18,7 +18,9 @@ from shuttle.usage import TokenUsage
 
 
 @dataclass
-class StepOutcome:
+class StepRecord:
+    """What became of one step of a round: its result, what it spent, whether it ran."""
+
     step: PlanStep
     result: str
     failed: bool = False
@@ -30,7 +32,7 @@ class StepOutcome:
     """The team's budget ran out while the step ran: its result is what it had by then."""
 
 
-RunStep = Callable[[PlanStep, Mapping[str, str]], Coroutine[Any, Any, StepOutcome]]
+RunStep = Callable[[PlanStep, Mapping[str, str]], Coroutine[Any, Any, StepRecord]]
 """Runs one step given its dependencies' results (as handed over); never raises for a
 failure of the step itself, only RunCancelled."""
 
@@ -56,8 +58,8 @@ class RoundScheduler:
         self._control = control
         self._max_parallel = max(1, max_parallel)
         self._gate = gate or (lambda: None)
-        self._outcomes: dict[str, StepOutcome] = {}
-        self._running: dict[asyncio.Task[StepOutcome], PlanStep] = {}
+        self._outcomes: dict[str, StepRecord] = {}
+        self._running: dict[asyncio.Task[StepRecord], PlanStep] = {}
 
     @property
     def _parallel(self) -> bool:
@@ -74,7 +76,7 @@ class RoundScheduler:
         )
         return len(roots) > 1 or fan
 
-    async def run(self) -> list[StepOutcome]:
+    async def run(self) -> list[StepRecord]:
         """Every step's outcome in plan order; raises RunCancelled when the run is cancelled."""
         watcher = asyncio.create_task(self._control.wait_cancelled())
         try:
@@ -134,16 +136,16 @@ class RoundScheduler:
         self._running[task] = step
 
     async def _skip(self, step: PlanStep, error_type: str, reason: str) -> None:
-        self._outcomes[step.id] = StepOutcome(step, reason, failed=True, ran=False)
+        self._outcomes[step.id] = StepRecord(step, reason, failed=True, ran=False)
         await self._team.step_failed(step.id, error_type, reason)
 
-    def _done_steps(self, done: set[asyncio.Task[Any]]) -> list[asyncio.Task[StepOutcome]]:
+    def _done_steps(self, done: set[asyncio.Task[Any]]) -> list[asyncio.Task[StepRecord]]:
         # In plan order, so that simultaneous completions are logged the same way every time.
         order = {s.id: i for i, s in enumerate(self._steps)}
         finished = [t for t in self._running if t in done]
         return sorted(finished, key=lambda t: order[self._running[t].id])
 
-    async def _finish(self, task: asyncio.Task[StepOutcome]) -> None:
+    async def _finish(self, task: asyncio.Task[StepRecord]) -> None:
         step = self._running.pop(task)
         outcome = task.result()  # RunCancelled from a step's checkpoint ends the round
         self._outcomes[step.id] = outcome

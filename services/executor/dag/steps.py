@@ -10,7 +10,7 @@ from services.executor.dag.control import TeamControl
 from services.executor.dag.events import Member, TeamReporter
 from services.executor.dag.handoff import step_prompt
 from services.executor.dag.ports import ModelPicker
-from services.executor.dag.scheduler import StepOutcome
+from services.executor.dag.scheduler import StepRecord
 from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import RunContext
@@ -98,7 +98,7 @@ class StepAgents:
 
     async def run(
         self, step: PlanStep, inputs: Mapping[str, str], budget: TokenBudget
-    ) -> StepOutcome:
+    ) -> StepRecord:
         """Runs `step` spending the team's `budget`, which every running step checks before
         each model call: once it is spent, each stops at its next call."""
         member = member_for(step, self.model_for(step))
@@ -139,7 +139,7 @@ class StepAgents:
             self._inbox.release(inbox)
             self._running.pop(step.id, None)
             self.finished_usage += agent.usage
-        return StepOutcome(
+        return StepRecord(
             step,
             result.answer,
             usage=result.usage,
@@ -149,6 +149,6 @@ class StepAgents:
 
     async def _failed(
         self, step: PlanStep, agent: ReActAgent, error_type: str, reason: str
-    ) -> StepOutcome:
+    ) -> StepRecord:
         await self._team.step_failed(step.id, error_type, reason)
-        return StepOutcome(step, reason, failed=True, usage=agent.usage)
+        return StepRecord(step, reason, failed=True, usage=agent.usage)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.executor.dag.handoff import cut
-from services.executor.dag.scheduler import StepOutcome
+from services.executor.dag.scheduler import StepRecord
 from services.executor.log.reporter import RunReporter
 from shuttle.llm.protocol import LLM, ChatResult, LLMError
 from shuttle.usage import TokenUsage
@@ -20,7 +20,7 @@ RESULT_CHARS = 4_000
 
 
 def team_synthesis_messages(
-    query: str, outcomes: Sequence[StepOutcome], draft: str, follow_ups: Sequence[str]
+    query: str, outcomes: Sequence[StepRecord], draft: str, follow_ups: Sequence[str]
 ) -> list[dict[str, Any]]:
     lines = [f"Task: {query}"]
     for outcome in outcomes:
@@ -39,7 +39,7 @@ def team_synthesis_messages(
     ]
 
 
-def budget_team_answer(budget: int, outcomes: Sequence[StepOutcome], draft: str) -> str:
+def budget_team_answer(budget: int, outcomes: Sequence[StepRecord], draft: str) -> str:
     """The team's answer once its token budget is spent, made without another model call:
     the latest review's draft and every step's result as far as it got."""
     lines = [f"The token budget of {budget} tokens was used up before the team finished the task."]

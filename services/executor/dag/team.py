@@ -11,7 +11,7 @@ from services.executor.dag.control import TeamControl
 from services.executor.dag.events import TeamReporter
 from services.executor.dag.plan import qualify
 from services.executor.dag.ports import DagPlanner
-from services.executor.dag.scheduler import RoundScheduler, StepOutcome
+from services.executor.dag.scheduler import RoundScheduler, StepRecord
 from services.executor.dag.steps import StepAgents, member_for
 from services.executor.dag.synthesis import (
     SYNTHESIS_AGENT,
@@ -77,7 +77,7 @@ class TeamRun:
         """The team's one ledger: planning, analysis and every step's model calls charge it."""
         self._own_usage = TokenUsage()
         """Planning, analysis and synthesis; the steps' usage is the agents'."""
-        self._outcomes: list[StepOutcome] = []
+        self._outcomes: list[StepRecord] = []
         self._recruited = 0
 
     @property
@@ -206,7 +206,7 @@ class TeamRun:
             await self._team.role_assigned(member, tool_names)
         self._recruited += len(members)
 
-    async def _run_step(self, step: PlanStep, inputs: Mapping[str, str]) -> StepOutcome:
+    async def _run_step(self, step: PlanStep, inputs: Mapping[str, str]) -> StepRecord:
         return await self._agents.run(step, inputs, self._budget)
 
     async def _charge(self, usage: TokenUsage) -> None:
@@ -228,7 +228,7 @@ class TeamRun:
 
 
 def replan_context(
-    outcomes: Sequence[StepOutcome], analysis: Analysis | None, follow_ups: str | None
+    outcomes: Sequence[StepRecord], analysis: Analysis | None, follow_ups: str | None
 ) -> str:
     """What the planner is told about the rounds so far."""
     lines = []

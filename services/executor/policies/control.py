@@ -1,7 +1,7 @@
 """Pause, resume and cancel as the owning run sees them, acted on at checkpoints.
 
 Commands arrive as log events (WORKFLOW_PAUSING, WORKFLOW_RESUMED, WORKFLOW_CANCELLING) from
-any replica, possibly twice (the log follower and the local shortcut) and possibly out of
+any replica, possibly twice (the command feed and the local shortcut) and possibly out of
 order; the state is a function of the latest pause/resume by seq, and cancel is final.
 """
 
