@@ -30,7 +30,11 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, MetaData, create_engine, inspect, text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
+
+from shuttle.db import SQLITE_BUSY_TIMEOUT_MS
 
 # Alembic's env.py and the template of new revisions, shared by every component.
 ENVIRONMENT = Path(__file__).with_name("migration_env")
@@ -39,6 +43,10 @@ ENVIRONMENT = Path(__file__).with_name("migration_env")
 _RUNNING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def _sqlite_locked(error: BaseException) -> bool:
+    return isinstance(error, OperationalError) and "database is locked" in str(error)
 
 
 class UnversionedSchema(RuntimeError):
@@ -73,8 +81,19 @@ class Migrations:
             command.upgrade(self._config(sync), revision)
 
         running = _RUNNING.setdefault(asyncio.get_running_loop(), asyncio.Lock())
-        async with running, engine.begin() as conn:
-            await conn.run_sync(upgrade)
+        # A new SQLite file is switched to WAL as a connection opens, which needs the lock
+        # another replica's migration may hold, and SQLite refuses that switch at once
+        # rather than wait for it (waiting could deadlock): so the run is tried again.
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(_sqlite_locked),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            stop=stop_after_delay(SQLITE_BUSY_TIMEOUT_MS / 1000),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                async with running, engine.begin() as conn:
+                    await conn.run_sync(upgrade)
 
     async def current_revision(self, engine: AsyncEngine) -> str | None:
         def read(sync: Connection) -> str | None:

@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
@@ -253,3 +255,23 @@ async def test_components_sharing_a_process_and_a_database_migrate_at_once(
         await asyncio.gather(*(migrations.upgrade(e) for migrations, e in engines.items()))
         for migrations, engine in engines.items():
             assert await migrations.current_revision(engine) == HEADS[migrations]
+
+
+async def test_a_new_sqlite_file_another_process_is_writing_is_migrated_once_it_is_free(
+    tmp_path: Path,
+) -> None:
+    # The other process holds the write lock of a file still in its rollback journal, which
+    # SQLite refuses to switch to WAL at once rather than wait for.
+    path = tmp_path / "shared.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    released = threading.Timer(0.5, holder.execute, ("COMMIT",))
+    released.start()
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    try:
+        await TOOLS.upgrade(engine)
+        assert await TOOLS.current_revision(engine) == "0001"
+    finally:
+        await engine.dispose()
+        released.join()
+        holder.close()
