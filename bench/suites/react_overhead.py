@@ -11,24 +11,29 @@ LangGraph's prebuilt ReAct agent call the calculator in-process. The hops peer
 (`bench/peers/hops.py`) makes a run's calls across processes as Shuttle does (tool calls,
 Appends, the log relayed over Run) on bare grpc.aio servers: the layout's own cost.
 Each K is measured on every side in turn, round after round, so that noise from the machine
-falls on all sides alike.
+falls on all sides alike. With `--baseline DIR`, the five processes of another checkout
+(its stubs generated) run too, as the side `baseline`: a change on the hot path measured
+before and after in one run, beside the hops peer.
 
     .venv/bin/python -m bench.suites.react_overhead [--runs 10] [--quick] [--json PATH]
+        [--baseline DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 from collections.abc import Awaitable, Callable
 from functools import partial
+from pathlib import Path
 
 from bench.peers.hops import hops_peer
 from bench.support.react_sides import Sides, open_sides, run_over, timed
 from bench.support.results import add_common_arguments, save, sized
 from bench.support.spread import Spread
-from bench.support.stack import scripted_stack
+from bench.support.stack import STACK_ENV, running_stack, scripted_stack
 
 KS = (5, 20, 50)
 
@@ -49,16 +54,26 @@ def side_runners(
 
 
 async def measure(
-    sides: Sides, hops: Callable[[int], Awaitable[None]], runs: int
+    sides: Sides,
+    hops: Callable[[int], Awaitable[None]],
+    runs: int,
+    baseline: Sides | None = None,
 ) -> dict[str, dict[int, list[float]]]:
     """Seconds per run, by side and K."""
     runners = side_runners(sides, hops)
+    if baseline is not None:
+        runners = {"baseline": baseline.shuttle, **runners}
     samples: dict[str, dict[int, list[float]]] = {name: {k: [] for k in KS} for name in runners}
     for once in runners.values():
         await once(2)  # warm-up: connections, imports, caches
     for k in KS:
-        for _ in range(runs):
-            for name, once in runners.items():
+        for round_number in range(runs):
+            order = list(runners.items())
+            if baseline is not None and round_number % 2:
+                # Whichever side goes first after the others runs on a slightly different
+                # machine: the two checkouts take that place in turn.
+                order[0], order[1] = order[1], order[0]
+            for name, once in order:
                 samples[name][k].append(await timed(partial(once, k)))
     return samples
 
@@ -104,22 +119,49 @@ def print_table(result: dict[str, object], runs: int) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     runs = sized(args.runs, args.quick, full=10, small=3)
-    with scripted_stack() as (model, stack):
+    with scripted_stack() as (model, stack), contextlib.ExitStack() as other:
+        baseline_stack = (
+            other.enter_context(running_stack(checkout_env(args.baseline), model.base_url))
+            if args.baseline is not None
+            else None
+        )
         async with hops_peer(model.base_url) as hops_executor:
             sides = open_sides(model, stack)
+            baseline = (
+                open_sides(model, baseline_stack, with_langgraph=False)
+                if baseline_stack is not None
+                else None
+            )
             try:
                 if sides.langgraph is None:
                     print("LangGraph is not installed (the `bench` extra): its column is left out")
-                samples = await measure(sides, partial(run_over, hops_executor), runs)
+                samples = await measure(
+                    sides, partial(run_over, hops_executor), runs, baseline=baseline
+                )
             finally:
                 await sides.close()
+                if baseline is not None:
+                    await baseline.close()
     result = figures(samples)
     print_table(result, runs)
     save(args.json, "react_overhead", {"runs": runs, "ks": list(KS)}, result)
 
 
+def checkout_env(checkout: Path) -> dict[str, str]:
+    """The stack's settings, its processes importing Shuttle from `checkout`: Python puts
+    the working directory first on the path of `-m` unless told not to (PYTHONSAFEPATH)."""
+    if not (checkout / "services" / "executor" / "__main__.py").is_file():
+        raise SystemExit(f"--baseline {checkout}: not a Shuttle checkout")
+    if not (checkout / "shuttle" / "v1" / "__init__.py").is_file():
+        raise SystemExit(f"--baseline {checkout}: generate its stubs first (make proto there)")
+    return {**STACK_ENV, "PYTHONPATH": str(checkout.resolve()), "PYTHONSAFEPATH": "1"}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, help="runs per side and K (default 10, quick 3)")
+    parser.add_argument(
+        "--baseline", type=Path, help="another checkout whose processes run as a side too"
+    )
     add_common_arguments(parser)
     asyncio.run(main(parser.parse_args()))
