@@ -120,7 +120,7 @@ class RunManager:
         """The new run's workflow id; ValueError for a request no run can be made of."""
         if not request.query.strip():
             raise ValueError("query must not be empty")
-        self._model_for(request)
+        llm = self._model_for(request)
         # ListTools and CreateWorkflow do not depend on each other: asked at once, the run's
         # first model call waits for neither in turn. Neither the run's tasks nor their done
         # callbacks keep the request's span alive (each would otherwise hold a copy of the
@@ -143,7 +143,7 @@ class RunManager:
         if self._commands is not None:
             self._commands.register(workflow_id, request.tenant_id, receiver)
         task = asyncio.create_task(
-            self._execute(workflow_id, request, catalog), name=workflow_id, context=context
+            self._execute(workflow_id, request, llm, catalog), name=workflow_id, context=context
         )
         self._tasks[workflow_id] = task
         task.add_done_callback(lambda _: self._forget(workflow_id), context=context)
@@ -191,6 +191,7 @@ class RunManager:
     async def _run_react(
         self,
         request: RunRequest,
+        llm: LLM,
         mode: str,
         ctx: RunContext,
         reporter: RunReporter,
@@ -199,7 +200,7 @@ class RunManager:
     ) -> Finished:
         receiver = self._receivers[ctx.workflow_id]
         agent = ReActAgent(
-            self._model_for(request).with_observer(RetryReporter(reporter.emit, ctx.agent_id)),
+            llm.with_observer(RetryReporter(reporter.emit, ctx.agent_id)),
             self._tools,
             reporter,
             self._agent_settings(request, mode),
@@ -215,6 +216,7 @@ class RunManager:
     async def _run_team(
         self,
         request: RunRequest,
+        llm: LLM,
         ctx: RunContext,
         reporter: RunReporter,
         usage: list[Callable[[], TokenUsage]],
@@ -228,7 +230,7 @@ class RunManager:
         agents = StepAgents(
             ctx,
             request.query,
-            llm=self._model_for(request),
+            llm=llm,
             models=self._models,
             tools=self._tools,
             reporter=reporter,
@@ -243,7 +245,7 @@ class RunManager:
             ctx,
             planner=self._planner,
             agents=agents,
-            llm=self._model_for(request),
+            llm=llm,
             reporter=reporter,
             control=control,
             inbox=receiver.interrupts,
@@ -257,7 +259,9 @@ class RunManager:
             result.answer, result.usage, result.agents_used, result.tools_invoked, result.rounds
         )
 
-    async def _execute(self, workflow_id: str, request: RunRequest, catalog: Catalog) -> None:
+    async def _execute(
+        self, workflow_id: str, request: RunRequest, llm: LLM, catalog: Catalog
+    ) -> None:
         emitter = EventEmitter(
             self._sinks(workflow_id, request.tenant_id),
             batch_max=self._emitter.batch_max,
@@ -297,10 +301,10 @@ class RunManager:
                 request.query, route.mode, request.session_id, route.estimated_complexity
             )
             if route.mode == "COMPLEX":
-                result = await self._run_team(request, context, reporter, usage, catalog)
+                result = await self._run_team(request, llm, context, reporter, usage, catalog)
             else:
                 result = await self._run_react(
-                    request, route.mode, context, reporter, usage, catalog
+                    request, llm, route.mode, context, reporter, usage, catalog
                 )
             await reporter.workflow_completed(
                 result.answer,

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from services.events.__main__ import build as build_events
-from services.executor.adapters.events import GrpcWorkflowRegistry
+from services.executor.adapters.events import GrpcWorkflowRegistry, run_sink
 from services.executor.adapters.planner import PlannerClient
 from services.executor.adapters.tools import ToolClient
 from services.executor.dag.ports import ModelPicker
@@ -95,10 +95,7 @@ class Backends:
         settings = replace(agent_defaults(), tool_timeout_seconds=10, **overrides)
         return RunManager(
             registry=GrpcWorkflowRegistry(self.client),
-            # The runs' batches share one AppendStream call, as deployed.
-            sinks=lambda wf, tenant: self.client.producer(
-                wf, tenant, name="run", shared_stream=True, **(sink_options or {})
-            ),
+            sinks=lambda wf, tenant: run_sink(self.client, wf, tenant, **(sink_options or {})),
             tools=self.tools,
             llm=llm,
             settings=settings,
