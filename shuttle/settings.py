@@ -71,6 +71,14 @@ class Settings(BaseSettings):
     tools_addr: str = ""
     planner_addr: str = ""
     executor_addr: str = ""
+    # The credential every gRPC call between Shuttle's components carries (authorization:
+    # Bearer); unset, the services accept only what reaches them on loopback.
+    internal_token: str = Field("", repr=False)
+    # Mutual TLS between components: this process's certificate and key, and the CA that
+    # signed every component's certificate (all three, or none).
+    grpc_tls_cert: Path | None = None
+    grpc_tls_key: Path | None = None
+    grpc_tls_ca: Path | None = None
 
     gateway_host: str = "127.0.0.1"
     gateway_port: int = Field(DEFAULT_GATEWAY_PORT, ge=0, le=65535)
