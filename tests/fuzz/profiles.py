@@ -1,30 +1,20 @@
-"""Hypothesis settings for the fuzz properties: modest by default, more on request.
+"""Example counts for the fuzz properties: modest by default, many more when exploring.
 
-`SHUTTLE_FUZZ_PROFILE=thorough` runs every property with many more examples (minutes, not
-seconds); the default `ci` keeps the whole directory near a minute on a small machine.
-Applied per test (`@fuzz`), not loaded globally, so other directories keep their settings.
+`tests/support/hypothesis_profiles.py` picks the profile (derandomized `ci`, or `thorough`
+with `SHUTTLE_FUZZ_PROFILE=thorough`); here each profile's example count, applied per test
+(`@fuzz`) so other directories keep theirs. The default keeps the whole directory near a
+minute on a small machine.
 """
 
 from __future__ import annotations
 
-import os
+from hypothesis import settings
 
-from hypothesis import HealthCheck, settings
+from tests.support.hypothesis_profiles import PROFILE_NAME, SUPPRESSED
 
-_SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large]
+EXAMPLES = {"ci": 60, "thorough": 2_000}
 
-PROFILES = {
-    "ci": settings(max_examples=60, deadline=None, suppress_health_check=_SUPPRESSED),
-    "thorough": settings(max_examples=2_000, deadline=None, suppress_health_check=_SUPPRESSED),
-}
-
-PROFILE_NAME = os.environ.get("SHUTTLE_FUZZ_PROFILE", "ci")
-if PROFILE_NAME not in PROFILES:
-    raise RuntimeError(
-        f"SHUTTLE_FUZZ_PROFILE must be one of {sorted(PROFILES)}, not {PROFILE_NAME!r}"
-    )
-
-fuzz = PROFILES[PROFILE_NAME]
+fuzz = settings(max_examples=EXAMPLES[PROFILE_NAME], suppress_health_check=SUPPRESSED)
 """Decorator: the chosen profile's settings."""
 
 
