@@ -62,7 +62,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
         engine = create_engine(settings.sqlalchemy_url)
         await create_schema(engine)
         app.state.keys = KeyStore(engine)
-        app.state.task_index = TaskIndex(engine)
+        app.state.task_index = TaskIndex(engine, settings.idempotency_reservation_seconds)
         app.state.sessions = SessionStore(engine, settings.session_history_max_bytes)
         app.state.backends = backends or Backends.connect(settings)
         app.state.fanout = FanOut(

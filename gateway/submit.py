@@ -105,7 +105,7 @@ async def submit(
     try:
         session_id, history = await _join_session(backends, sessions, tenant_id, spec)
     except BaseException:
-        await index.release(reservation.row_id)
+        await index.release(reservation)
         raise
     request = executor_pb2.StartRunRequest(
         query=spec.query,
@@ -123,7 +123,7 @@ async def submit(
     try:
         started = await backends.executor.StartRun(request, metadata=tenant_metadata(tenant_id))
     except BaseException as exc:
-        await index.release(reservation.row_id)
+        await index.release(reservation)
         if run_limit_reached(exc):
             raise ApiError(
                 429,
@@ -132,7 +132,7 @@ async def submit(
                 headers={"Retry-After": str(RUN_LIMIT_RETRY_SECONDS)},
             ) from None
         raise
-    await index.complete(reservation.row_id, started.workflow_id)
+    await index.complete(reservation, started.workflow_id)
     await sessions.add_turn(tenant_id, session_id, spec.query, workflow_id=started.workflow_id)
     return Submitted(started.workflow_id, started.status, False, session_id)
 
