@@ -94,7 +94,9 @@ async def submit(
         raise ApiError(
             409,
             "idempotency_key_in_flight",
-            "a request with this Idempotency-Key is still starting its task; retry shortly",
+            "a request with this Idempotency-Key is still starting its task; retry shortly "
+            "(a reservation without a task is given up after "
+            f"SHUTTLE_IDEMPOTENCY_RESERVATION_SECONDS={index.stale_after_seconds:g})",
         ) from None
     if reservation.workflow_id is not None:
         session_id = await sessions.session_of(tenant_id, reservation.workflow_id)

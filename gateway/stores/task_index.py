@@ -59,6 +59,7 @@ def request_hash(body: dict[str, Any]) -> str:
 class TaskIndex:
     def __init__(self, engine: AsyncEngine, stale_after_seconds: float = 60.0) -> None:
         self._engine = engine
+        self.stale_after_seconds = stale_after_seconds
         self._stale_after = timedelta(seconds=stale_after_seconds)
         """A reservation this old without a workflow is taken to be dead (its request died
         part-way: process killed, backend down) and is taken over by the next request."""

@@ -90,6 +90,7 @@ def test_a_key_whose_request_died_is_taken_over_once_stale(auth_stack: AuthStack
         waiting = client.post("/api/v1/tasks", json=body, headers={"Idempotency-Key": fresh})
         assert waiting.status_code == 409, waiting.text
         assert waiting.json()["error"]["code"] == "idempotency_key_in_flight"
+        assert "SHUTTLE_IDEMPOTENCY_RESERVATION_SECONDS=60" in waiting.json()["error"]["message"]
         # One older than that is taken over, and the key then stands for the new run.
         taken = client.post("/api/v1/tasks", json=body, headers={"Idempotency-Key": stale})
         assert taken.status_code == 201, taken.text
