@@ -176,6 +176,7 @@ async def open_stream(
 
 
 async def _nothing() -> AsyncIterator[bytes]:
+    """The body of a stream that is over before it starts: no frames."""
     return
     yield b""
 
