@@ -1,8 +1,9 @@
 """The `shuttle` command.
 
 `shuttle up` starts the whole system on this machine; `run`, `events`, `tasks` and `approve`
-talk to a running gateway (SHUTTLE_GATEWAY_URL, key in SHUTTLE_API_KEY); `apikey create`
-writes a key straight into the gateway's database (SHUTTLE_DATABASE_URL).
+talk to a running gateway (SHUTTLE_GATEWAY_URL, key in SHUTTLE_API_KEY); `apikey create` and
+`apikey revoke` work straight on the gateway's database (SHUTTLE_DATABASE_URL), making it
+first if it does not exist yet.
 """
 
 from __future__ import annotations
@@ -11,10 +12,18 @@ import argparse
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING, TypeVar
 
 from cli.launcher import LaunchError, Supervisor, endpoints
 from shuttle.settings import Settings, SettingsError, load_settings
+
+if TYPE_CHECKING:
+    from gateway.stores.keys import KeyStore
+
+T = TypeVar("T")
 
 
 def banner(settings: Settings, log_dir: str) -> str:
@@ -92,29 +101,75 @@ def up(settings: Settings) -> int:
         print("Stopped.", flush=True)
 
 
-def create_key(settings: Settings, tenant: str, name: str) -> int:
+class DatabaseProblem(Exception):
+    """The gateway's database cannot be opened or migrated; the message says which."""
+
+
+def _with_keys(settings: Settings, work: Callable[[KeyStore], Awaitable[T]]) -> T:
+    """Run `work` on the gateway's key store, its database made (directory, migrations)
+    first, as a fresh checkout has none yet."""
     import asyncio
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
 
     from gateway.stores.db import create_schema
     from gateway.stores.keys import KeyStore
-    from shuttle.db import create_engine
+    from shuttle.db import create_engine, sqlite_path
 
-    async def create() -> str:
-        engine = create_engine(settings.sqlalchemy_url)
+    url = settings.sqlalchemy_url
+    database_file = sqlite_path(url)
+
+    async def run() -> T:
+        engine = create_engine(url)
         try:
             await create_schema(engine)
-            made = await KeyStore(engine).create(tenant, name)
+            return await work(KeyStore(engine))
         finally:
             await engine.dispose()
-        return f"{made.secret}\n"
 
     try:
-        secret = asyncio.run(create())
+        if database_file is not None:
+            Path(database_file).parent.mkdir(parents=True, exist_ok=True)
+        return asyncio.run(run())
+    except (OSError, SQLAlchemyError) as exc:
+        where = make_url(url).render_as_string(hide_password=True)
+        detail = getattr(exc, "orig", None) or exc
+        raise DatabaseProblem(
+            f"cannot use the gateway's database ({where}): {detail}; "
+            "check SHUTTLE_DATABASE_URL or SHUTTLE_DATA_DIR"
+        ) from exc
+
+
+def create_key(settings: Settings, tenant: str, name: str) -> int:
+    try:
+        made = _with_keys(settings, lambda keys: keys.create(tenant, name))
     except ValueError as exc:
         print(f"shuttle: {exc}", file=sys.stderr)
         return 2
-    print(f"API key for tenant {tenant!r} (shown once; store it now):", file=sys.stderr)
-    sys.stdout.write(secret)
+    except DatabaseProblem as exc:
+        print(f"shuttle: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"API key {made.key.key_id} for tenant {tenant!r} (shown once; store it now):",
+        file=sys.stderr,
+    )
+    sys.stdout.write(f"{made.secret}\n")
+    return 0
+
+
+def revoke_key(settings: Settings, key_id: str) -> int:
+    try:
+        revoked = _with_keys(settings, lambda keys: keys.revoke(key_id))
+    except DatabaseProblem as exc:
+        print(f"shuttle: {exc}", file=sys.stderr)
+        return 1
+    if not revoked:
+        print(
+            f"shuttle: no active API key {key_id!r} (unknown, or already revoked)", file=sys.stderr
+        )
+        return 1
+    print(f"API key {key_id} revoked; its requests and stream tickets are refused from now on")
     return 0
 
 
@@ -138,6 +193,10 @@ def parser() -> argparse.ArgumentParser:
     create = apikey_commands.add_parser("create", help="create a key; it is printed once")
     create.add_argument("--tenant", required=True)
     create.add_argument("--name", default="")
+    revoke = apikey_commands.add_parser(
+        "revoke", help="revoke a key: its requests and stream tickets are refused from now on"
+    )
+    revoke.add_argument("key_id", help="the key's id, as `apikey create` printed it (key-…)")
     for sub in (run_cmd, events_cmd, tasks_cmd, approve_cmd):
         sub.add_argument("--gateway", help="gateway URL (default: SHUTTLE_GATEWAY_URL)")
     return root
@@ -177,6 +236,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"shuttle: {exc}")
     if args.command == "up":
         sys.exit(up(settings))
+    if args.command == "apikey" and args.apikey_command == "revoke":
+        sys.exit(revoke_key(settings, args.key_id))
     if args.command == "apikey":
         sys.exit(create_key(settings, args.tenant, args.name))
     sys.exit(client_command(settings, args))

@@ -13,6 +13,7 @@ from gateway.app import create_app
 from shuttle.event_loop import loop_name
 from shuttle.heap import freeze_startup_heap
 from shuttle.logs import configure_logging
+from shuttle.metrics import serve_metrics
 from shuttle.settings import AuthMode, SettingsError, is_loopback, load_settings
 from shuttle.telemetry import configure_tracing, shutdown_tracing
 
@@ -50,6 +51,17 @@ def main() -> None:
             f"shuttle gateway: cannot listen on {host}:{port} ({exc.strerror}); "
             "set SHUTTLE_GATEWAY_PORT to another port or stop the process using it"
         )
+    if settings.metrics_port:
+        # Its own port, so the metrics need not be reachable where the API is.
+        try:
+            serve_metrics(host, settings.metrics_port)
+        except OSError as exc:
+            sys.exit(
+                f"shuttle gateway: cannot serve metrics on {host}:{settings.metrics_port} "
+                f"({exc.strerror}); set SHUTTLE_METRICS_PORT to another port, or 0 to serve "
+                "them at /metrics on the gateway's port"
+            )
+        log.info("metrics at http://%s:%d/metrics", host, settings.metrics_port)
     if settings.auth is AuthMode.OFF:
         log.info(
             "authentication is off (loopback only): every caller is tenant %r",

@@ -62,7 +62,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
         engine = create_engine(settings.sqlalchemy_url)
         await create_schema(engine)
         app.state.keys = KeyStore(engine)
-        app.state.task_index = TaskIndex(engine)
+        app.state.task_index = TaskIndex(engine, settings.idempotency_reservation_seconds)
         app.state.sessions = SessionStore(engine, settings.session_history_max_bytes)
         app.state.backends = backends or Backends.connect(settings)
         app.state.fanout = FanOut(
@@ -125,9 +125,11 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
         app, excluded_urls="healthz,readyz,metrics", exclude_spans=["send", "receive"]
     )
 
-    @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    if not settings.metrics_port:  # else served on that port alone (gateway/__main__.py)
+
+        @app.get("/metrics", include_in_schema=False)
+        async def metrics() -> Response:
+            return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/", include_in_schema=False)
     async def console() -> FileResponse:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
+
+import grpc
 
 from gateway.backends import Backends, tenant_metadata
 from gateway.conversations import settled_turns
@@ -18,6 +20,22 @@ MODES = {
     "standard": common_pb2.MODE_STANDARD,
     "complex": common_pb2.MODE_COMPLEX,
 }
+
+
+RUN_LIMIT_RETRY_SECONDS = 10
+"""Retry-After of a start refused for the tenant's concurrent runs: about how soon one of
+them may have ended."""
+
+
+def run_limit_reached(exc: BaseException) -> TypeGuard[grpc.aio.AioRpcError]:
+    """Whether StartRun was refused because the tenant has SHUTTLE_TENANT_MAX_RUNS runs going
+    (the events service's CreateWorkflow names the setting). gRPC's own RESOURCE_EXHAUSTED,
+    for a message over its size limit, is no reason to retry and is not this."""
+    return (
+        isinstance(exc, grpc.aio.AioRpcError)
+        and exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        and "SHUTTLE_TENANT_MAX_RUNS" in (exc.details() or "")
+    )
 
 
 @dataclass(frozen=True)
@@ -76,7 +94,9 @@ async def submit(
         raise ApiError(
             409,
             "idempotency_key_in_flight",
-            "a request with this Idempotency-Key is still starting its task; retry shortly",
+            "a request with this Idempotency-Key is still starting its task; retry shortly "
+            "(a reservation without a task is given up after "
+            f"SHUTTLE_IDEMPOTENCY_RESERVATION_SECONDS={index.stale_after_seconds:g})",
         ) from None
     if reservation.workflow_id is not None:
         session_id = await sessions.session_of(tenant_id, reservation.workflow_id)
@@ -87,7 +107,7 @@ async def submit(
     try:
         session_id, history = await _join_session(backends, sessions, tenant_id, spec)
     except BaseException:
-        await index.release(reservation.row_id)
+        await index.release(reservation)
         raise
     request = executor_pb2.StartRunRequest(
         query=spec.query,
@@ -104,10 +124,17 @@ async def submit(
     )
     try:
         started = await backends.executor.StartRun(request, metadata=tenant_metadata(tenant_id))
-    except BaseException:
-        await index.release(reservation.row_id)
+    except BaseException as exc:
+        await index.release(reservation)
+        if run_limit_reached(exc):
+            raise ApiError(
+                429,
+                "tenant_run_limit",
+                str(exc.details()),
+                headers={"Retry-After": str(RUN_LIMIT_RETRY_SECONDS)},
+            ) from None
         raise
-    await index.complete(reservation.row_id, started.workflow_id)
+    await index.complete(reservation, started.workflow_id)
     await sessions.add_turn(tenant_id, session_id, spec.query, workflow_id=started.workflow_id)
     return Submitted(started.workflow_id, started.status, False, session_id)
 

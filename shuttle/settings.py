@@ -24,6 +24,7 @@ from .paced_signal import DEFAULT_SECONDS_PER_WAITER, SECONDS_PER_SSE_CLIENT
 
 DEFAULT_PORTS = {"events": 50051, "tools": 50052, "planner": 50053, "executor": 50054}
 DEFAULT_GATEWAY_PORT = 8080
+DEFAULT_MAX_BUDGET_TOKENS = 10_000_000
 
 
 class AuthMode(StrEnum):
@@ -103,6 +104,16 @@ class Settings(BaseSettings):
     # given. Together they keep a run's StartRun under gRPC's 16 MiB message limit.
     gateway_max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=8 * 1024 * 1024)
     session_history_max_bytes: int = Field(4 * 1024 * 1024, ge=0, le=7 * 1024 * 1024)
+    # A chat completion's messages: how many, and how long each one's content may be; the
+    # earlier ones each become a stored turn, so their count is what a request costs.
+    openai_max_messages: int = Field(1_000, ge=1, le=100_000)
+    openai_max_message_chars: int = Field(100_000, ge=1, le=8 * 1024 * 1024)
+    # The most tokens one run may be given as its budget (StartRun, and the task API before
+    # it), so no caller can ask for a run without a meaningful bound.
+    max_budget_tokens: int = Field(DEFAULT_MAX_BUDGET_TOKENS, ge=1, le=2**63 - 1)
+    # An Idempotency-Key reserved this long ago whose run never started (its request died
+    # part-way) is taken over by the next request with the key instead of answering 409.
+    idempotency_reservation_seconds: float = Field(60.0, gt=0, le=86_400)
     # Used by the `shuttle` CLI: where the gateway is and the key to present.
     gateway_url: str = ""
     api_key: str = ""
@@ -184,8 +195,9 @@ class Settings(BaseSettings):
     # whose lease lapses (its executor died) is failed by the events service as EXECUTOR_LOST.
     run_lease_seconds: float = Field(15.0, ge=0.3, le=3600)
 
-    # Prometheus metrics of a gRPC service on their own HTTP port (0: off); the gateway
-    # serves /metrics on its own port.
+    # Prometheus metrics on their own HTTP port, bound to the process's host (0: off). A
+    # gRPC service serves none without it; the gateway then serves /metrics on its public
+    # port, and with it there only, so the metrics need not be public.
     metrics_port: int = Field(0, ge=0, le=65535)
     # Leave the startup heap out of garbage collections (shuttle/heap.py); off only to compare.
     gc_freeze: bool = True

@@ -51,6 +51,9 @@ async def identify(request: Request, *, ticket_allowed: bool = False) -> Caller:
             ticket = signer.verify(token)
         except TicketError as exc:
             raise _unauthenticated(str(exc)) from None
+        keys = request.app.state.keys
+        if not await keys.active(ticket.key_id):
+            raise _unauthenticated("the API key this stream ticket was issued for is revoked")
         return Caller(ticket.tenant_id, ticket.key_id, ticket_workflow=ticket.workflow_id)
     hint = " or a stream ticket (?ticket=)" if ticket_allowed else ""
     raise _unauthenticated(

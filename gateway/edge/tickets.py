@@ -1,6 +1,6 @@
 """Short-lived stream tickets: EventSource cannot send headers, and an API key in a URL
-would end up in logs and browser history. A ticket names one tenant and one workflow and
-expires within minutes.
+would end up in logs and browser history. A ticket names one tenant, one workflow and the
+API key it was issued for, and expires within minutes; revoking the key ends it too.
 
 Hand-written on the standard library's `hmac` (a dozen lines) so the clock can be passed in
 and the claims stay explicit; the format is `base64url(claims JSON).base64url(HMAC-SHA256)`.
@@ -54,7 +54,7 @@ class TicketSigner:
         return cls(secrets.token_bytes(32), ttl_seconds), True
 
     def _mac(self, body: str) -> str:
-        return _b64(hmac.new(self._secret, body.encode(), hashlib.sha256).digest())
+        return _b64(hmac.new(self._secret, body.encode(errors="replace"), hashlib.sha256).digest())
 
     def issue(self, tenant_id: str, workflow_id: str, key_id: str) -> tuple[str, Ticket]:
         ticket = Ticket(tenant_id, workflow_id, key_id, int(self._clock()) + self.ttl_seconds)
@@ -63,8 +63,14 @@ class TicketSigner:
         return f"{body}.{self._mac(body)}", ticket
 
     def verify(self, token: str) -> Ticket:
+        """The ticket's claims; TicketError for anything but a ticket this key signed that
+        has not expired (whether its API key is still valid is the caller's to check)."""
         body, dot, mac = token.partition(".")
-        if not dot or not hmac.compare_digest(mac, self._mac(body)):
+        # Bytes, so that a ticket holding any character at all is compared, not an error:
+        # compare_digest takes only ASCII str.
+        if not dot or not hmac.compare_digest(
+            mac.encode(errors="replace"), self._mac(body).encode()
+        ):
             raise TicketError("stream ticket is not valid")
         try:
             claims = json.loads(_unb64(body))

@@ -34,7 +34,10 @@ router = APIRouter(prefix="/v1", tags=["openai"])
 
 AUTO_MODEL = "shuttle-auto"
 OPENAI_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "invalid request"},
+    400: {
+        "description": "invalid request, or more or longer messages than "
+        "SHUTTLE_OPENAI_MAX_MESSAGES / SHUTTLE_OPENAI_MAX_MESSAGE_CHARS allow"
+    },
     401: {"description": "authentication required"},
     404: {"description": "no such model"},
     413: {"description": "request body over SHUTTLE_GATEWAY_MAX_BODY_BYTES"},
@@ -77,7 +80,37 @@ def _text(content: str | list[dict[str, Any]] | None) -> str:
     return ensure_utf8(text)
 
 
+def _content_chars(content: str | list[dict[str, Any]] | None) -> int:
+    """A message's size as the bound counts it: its text, or its parts as JSON."""
+    if isinstance(content, list):
+        return len(json_text(content))
+    return len(content or "")
+
+
+def check_bounds(body: ChatCompletionRequest, settings: Settings) -> None:
+    """400 for more messages, or a longer one, than the deployment takes."""
+    count, most = len(body.messages), settings.openai_max_messages
+    if count > most:
+        raise ApiError(
+            400,
+            "too_many_messages",
+            f"messages holds {count} messages; at most {most} are accepted "
+            f"(SHUTTLE_OPENAI_MAX_MESSAGES={most})",
+        )
+    longest = settings.openai_max_message_chars
+    for index, message in enumerate(body.messages):
+        chars = _content_chars(message.content)
+        if chars > longest:
+            raise ApiError(
+                400,
+                "message_too_long",
+                f"messages[{index}].content is {chars} characters; at most {longest} are "
+                f"accepted (SHUTTLE_OPENAI_MAX_MESSAGE_CHARS={longest})",
+            )
+
+
 def task_of(body: ChatCompletionRequest, settings: Settings) -> TaskSpec:
+    check_bounds(body, settings)
     if body.model not in model_names(settings):
         raise ApiError(
             404,

@@ -18,12 +18,21 @@ from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from gateway.backends import Backends
+from gateway.conversations import ENDED
 from gateway.edge.tenancy import CallerDep, StreamCallerDep, tenant_for_workflow
 from gateway.edge.tickets import TicketSigner
 from gateway.errors import ApiError
 from gateway.fanout import Chunk, FanOut
-from gateway.routes.common import ERRORS, Clients, Fanout, parse_types, require_workflow
+from gateway.routes.common import (
+    ERRORS,
+    Clients,
+    Fanout,
+    parse_types,
+    require_workflow,
+    workflow_of,
+)
 from gateway.routes.react_channels import ReactChannelTranslator
+from gateway.workflow_status import status_name
 from shuttle.envelope import to_json_dict, type_name, type_value
 from shuttle.events_client.follow import UpstreamError
 from shuttle.metrics import SSE_CONNECTIONS
@@ -127,7 +136,18 @@ async def open_stream(
     dialect: Dialect = "typed",
 ) -> EventSourceResponse:
     # Check before answering 200, so a wrong id is a JSON 404 and not an empty stream.
-    await require_workflow(clients, tenant, workflow_id)
+    record = await workflow_of(clients, tenant, workflow_id)
+    if from_seq > record.last_seq + 1:
+        if status_name(record.status) in ENDED:
+            # The client has the whole log and more: the stream is over, as for one that
+            # resumes at its last seq.
+            return EventSourceResponse(_nothing(), ping=PING_SECONDS, headers=SSE_HEADERS)
+        raise ApiError(
+            400,
+            "invalid_argument",
+            f"Last-Event-ID {from_seq - 1} is beyond the log of workflow {workflow_id}, "
+            f"whose last seq is {record.last_seq}; resume from {record.last_seq} or earlier",
+        )
     wanted = frozenset(type_value(name) for name in types) if types else None
     chunks = fanout.watch(tenant, workflow_id, from_seq, wanted)
     dialect = DIALECT_ALIASES.get(dialect, dialect)
@@ -153,6 +173,12 @@ async def open_stream(
             await chunks.aclose()
 
     return EventSourceResponse(frames(), ping=PING_SECONDS, headers=SSE_HEADERS)
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    """The body of a stream that is over before it starts: no frames."""
+    return
+    yield b""
 
 
 LastEventIdHeader = Annotated[str | None, Header(alias="Last-Event-ID")]

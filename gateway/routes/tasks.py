@@ -6,7 +6,7 @@ import asyncio
 from typing import Annotated, Any, Literal
 
 import grpc
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
@@ -44,8 +44,13 @@ class TaskCreated(BaseModel):
     response_model=TaskCreated,
     responses={
         **ERRORS,
+        400: {"description": "invalid request, or budget_tokens over SHUTTLE_MAX_BUDGET_TOKENS"},
         409: {"description": "Idempotency-Key still in flight"},
         422: {"description": "Idempotency-Key reused with another body"},
+        429: {
+            "description": "rate limited, or the tenant has SHUTTLE_TENANT_MAX_RUNS runs "
+            "going (see Retry-After)"
+        },
     },
 )
 async def create_task(
@@ -54,6 +59,7 @@ async def create_task(
     clients: Clients,
     index: Index,
     sessions: Sessions,
+    request: Request,
     idempotency_key: Annotated[
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
     ] = None,
@@ -61,6 +67,14 @@ async def create_task(
     """Start a task; the same Idempotency-Key (per tenant) always yields the same workflow."""
     if not body.query.strip():
         raise ApiError(400, "invalid_request", "query: must not be blank")
+    most = request.app.state.settings.max_budget_tokens
+    if body.budget_tokens is not None and body.budget_tokens > most:
+        raise ApiError(
+            400,
+            "budget_too_large",
+            f"budget_tokens is {body.budget_tokens}; at most {most} are allowed "
+            f"(SHUTTLE_MAX_BUDGET_TOKENS={most})",
+        )
     spec = TaskSpec(
         query=body.query,
         session_id=body.session_id or "",

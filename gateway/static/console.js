@@ -1,9 +1,14 @@
 // The Shuttle web console: submit a task, watch its log live over SSE, steer it.
+// Every value from the API or the log reaches the page as text (textContent, text nodes);
+// the only markup is what markdown.js makes of an answer after escaping it.
 (function () {
   "use strict";
   const $ = (id) => document.getElementById(id);
   const md = window.ShuttleMarkdown;
-  const state = { auth: "off", key: localStorage.getItem("shuttle.apiKey") || "", wf: null, source: null, lastSeq: 0, answer: "", tools: {}, ended: false, session: "" };
+  // The key lasts as long as the tab (sessionStorage): localStorage would keep it on disk,
+  // for any later script of this origin to read, so none is left there.
+  localStorage.removeItem("shuttle.apiKey");
+  const state = { auth: "off", key: sessionStorage.getItem("shuttle.apiKey") || "", wf: null, source: null, lastSeq: 0, answer: "", tools: {}, ended: false, session: "" };
 
   function headers(extra) {
     const h = Object.assign({}, extra || {});
@@ -26,13 +31,23 @@
     el.textContent = message; el.hidden = false;
     clearTimeout(toast.timer); toast.timer = setTimeout(() => { el.hidden = true; }, 8000);
   }
-  function item(cls, html) {
-    const li = document.createElement("li");
-    li.className = cls; li.innerHTML = html;
+  // An element with `props` set (className, href, dataset) and `children` appended: strings
+  // as text nodes, never as markup.
+  function node(tag, props, ...children) {
+    const el = document.createElement(tag);
+    for (const [name, value] of Object.entries(props || {})) {
+      if (name === "dataset") Object.assign(el.dataset, value); else el[name] = value;
+    }
+    el.append(...children);
+    return el;
+  }
+  function item(cls, ...children) {
+    const li = node("li", { className: cls }, ...children);
     $("timeline").appendChild(li);
     return li;
   }
-  const esc = (v) => md.escapeHtml(typeof v === "string" ? v : JSON.stringify(v, null, 2));
+  // A payload value as the text to show: strings as they are, anything else as JSON.
+  const shown = (v) => (typeof v === "string" ? v : v === undefined || v === null ? "" : JSON.stringify(v, null, 2));
   function setStatus(status) {
     const el = $("run-status");
     el.textContent = status; el.className = "status " + status;
@@ -47,24 +62,30 @@
   }
   const handlers = {
     WORKFLOW_STARTED: (e) => { setStatus("running"); $("run-query").textContent = e.payload.query || ""; },
-    AGENT_THINKING: (e) => { if (e.payload.status === "done" && e.payload.reasoning) item("thinking", "Thought · " + esc(e.payload.reasoning)); },
+    AGENT_THINKING: (e) => { if (e.payload.status === "done" && e.payload.reasoning) item("thinking", "Thought · " + shown(e.payload.reasoning)); },
     TOOL_INVOKED: (e) => {
       const p = e.payload;
-      const li = item("tool running", "<details><summary>Tool · " + esc(p.tool_name) + "</summary><div>Arguments</div><pre class=\"args\">" + esc(p.tool_args) + "</pre><div class=\"obs\"></div></details>");
+      const li = item("tool running", node("details", {},
+        node("summary", {}, "Tool · " + shown(p.tool_name)), node("div", {}, "Arguments"),
+        node("pre", { className: "args" }, shown(p.tool_args)), node("div", { className: "obs" })));
       state.tools[p.call_id || e.seq] = li;
     },
     TOOL_OBSERVATION: (e) => {
       const p = e.payload;
-      const li = state.tools[p.call_id] || item("tool", "<details><summary>Tool · " + esc(p.tool_name) + "</summary><div class=\"obs\"></div></details>");
+      const li = state.tools[p.call_id] || item("tool", node("details", {},
+        node("summary", {}, "Tool · " + shown(p.tool_name)), node("div", { className: "obs" })));
       li.classList.remove("running");
       if (p.error) li.classList.add("error");
-      li.querySelector(".obs").innerHTML = "<div>Observation (" + (p.duration_ms || 0) + " ms)</div><pre class=\"observation\">" + esc(p.result) + "</pre>";
+      li.querySelector(".obs").replaceChildren(
+        node("div", {}, "Observation (" + shown(p.duration_ms || 0) + " ms)"),
+        node("pre", { className: "observation" }, shown(p.result)));
     },
-    THREAD_MESSAGE_DELTA: (e) => { state.answer += e.payload.delta || ""; renderAnswer(); },
-    THREAD_MESSAGE_COMPLETED: (e) => { state.answer = e.payload.content || state.answer; renderAnswer(); },
+    THREAD_MESSAGE_DELTA: (e) => { state.answer += shown(e.payload.delta); renderAnswer(); },
+    THREAD_MESSAGE_COMPLETED: (e) => { state.answer = shown(e.payload.content) || state.answer; renderAnswer(); },
     APPROVAL_REQUESTED: (e) => {
       const p = e.payload;
-      const li = item("approval", "Approval needed for <b>" + esc(p.tool_name || "a tool") + "</b><pre>" + esc(p.tool_args || p.arguments || {}) + "</pre>");
+      const li = item("approval", "Approval needed for ", node("b", {}, shown(p.tool_name || "a tool")),
+        node("pre", {}, shown(p.tool_args || p.arguments || {})));
       const id = p.approval_id;
       ["approved", "denied"].forEach((decision) => {
         const b = document.createElement("button");
@@ -76,17 +97,17 @@
         li.appendChild(b);
       });
     },
-    APPROVAL_DECISION: (e) => item("notice", "Approval " + esc(e.payload.decision || e.payload.status || "") ),
-    MESSAGE_RECEIVED: (e) => { if (e.payload.from === "user") item("notice", "Follow-up: " + esc(e.payload.content || e.message)); },
+    APPROVAL_DECISION: (e) => item("notice", "Approval " + shown(e.payload.decision || e.payload.status || "")),
+    MESSAGE_RECEIVED: (e) => { if (e.payload.from === "user") item("notice", "Follow-up: " + shown(e.payload.content || e.message)); },
     WORKSPACE_UPDATED: (e) => { if (e.payload.kind === "compact") item("notice", "— context compacted —"); },
     WORKFLOW_PAUSED: () => setStatus("paused"),
     WORKFLOW_RESUMED: () => setStatus("running"),
     WORKFLOW_CANCELLED: () => setStatus("cancelled"),
-    ERROR_OCCURRED: (e) => { item("notice", "Error: " + esc(e.payload.error_message || e.message)); if (e.payload.fatal) setStatus("failed"); },
+    ERROR_OCCURRED: (e) => { item("notice", "Error: " + shown(e.payload.error_message || e.message)); if (e.payload.fatal) setStatus("failed"); },
     WORKFLOW_COMPLETED: (e) => {
       const p = e.payload;
       setStatus("completed");
-      if (!state.answer && p.result) { state.answer = p.result; renderAnswer(); }
+      if (!state.answer && p.result) { state.answer = shown(p.result); renderAnswer(); }
       const f = $("usage");
       f.hidden = false;
       f.textContent = (p.total_tokens || 0) + " tokens (" + (p.input_tokens || 0) + " in, " + (p.output_tokens || 0) + " out) · $" +
@@ -130,7 +151,7 @@
   function watch(wf) {
     if (state.source) state.source.close();
     Object.assign(state, { wf: wf, lastSeq: 0, answer: "", tools: {}, ended: false, source: null });
-    $("timeline").innerHTML = ""; $("answer").hidden = true; $("answer").innerHTML = ""; $("usage").hidden = true;
+    $("timeline").replaceChildren(); $("answer").hidden = true; $("answer").replaceChildren(); $("usage").hidden = true;
     $("run").hidden = false; $("run-id").textContent = wf; $("run-query").textContent = ""; setStatus("pending");
     if (location.hash !== "#" + wf) history.replaceState(null, "", "#" + wf);
     connect(wf);
@@ -140,15 +161,15 @@
   async function loadTasks() {
     try {
       const data = await api("GET", "/api/v1/tasks?limit=20");
-      $("tasks").innerHTML = data.tasks.map((t) => "<li><a href=\"#" + esc(t.workflow_id) + "\">" + esc(t.query) +
-        " <span class=\"status " + esc(t.status) + "\">" + esc(t.status) + "</span></a></li>").join("");
+      $("tasks").replaceChildren(...data.tasks.map((t) => node("li", {}, node("a", { href: "#" + shown(t.workflow_id) },
+        shown(t.query) + " ", node("span", { className: "status " + shown(t.status) }, shown(t.status))))));
     } catch (err) { /* no key yet */ }
   }
   async function loadSessions() {
     try {
       const data = await api("GET", "/api/v1/sessions?limit=20");
-      $("sessions").innerHTML = data.sessions.map((s) => "<li><a href=\"#\" data-session=\"" + esc(s.session_id) +
-        "\" data-title=\"" + esc(s.title) + "\">" + esc(s.title || s.session_id) + "</a></li>").join("");
+      $("sessions").replaceChildren(...data.sessions.map((s) => node("li", {}, node("a",
+        { href: "#", dataset: { session: shown(s.session_id), title: shown(s.title) } }, shown(s.title || s.session_id)))));
     } catch (err) { /* no key yet */ }
   }
   // The next task joins this session, so the agent sees the conversation so far.
@@ -197,7 +218,7 @@
   $("key-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     state.key = $("api-key").value.trim();
-    localStorage.setItem("shuttle.apiKey", state.key);
+    sessionStorage.setItem("shuttle.apiKey", state.key);
     loadTasks();
     loadSessions();
     if (state.wf) watch(state.wf);

@@ -73,7 +73,18 @@ class KeyStore:
             ).first()
         return ApiKey(row.key_id, row.tenant_id, row.name) if row else None
 
+    async def active(self, key_id: str) -> bool:
+        """Whether `key_id` names a key that exists and is not revoked."""
+        async with self._engine.connect() as conn:
+            found = await conn.scalar(
+                select(api_keys.c.key_id).where(
+                    api_keys.c.key_id == key_id, api_keys.c.revoked_at.is_(None)
+                )
+            )
+        return found is not None
+
     async def revoke(self, key_id: str) -> bool:
+        """Revoke the key; False when no key of that id is active."""
         async with self._engine.begin() as conn:
             result = await conn.execute(
                 update(api_keys)

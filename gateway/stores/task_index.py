@@ -1,7 +1,10 @@
 """The tasks submitted through this gateway, per tenant: listing and Idempotency-Key.
 
 A key is reserved by inserting its row before the run starts; the unique constraint on
-(tenant, key) makes exactly one of several concurrent requests the one that starts it.
+(tenant, key) makes exactly one of several concurrent requests the one that starts it. A
+reservation whose request died before starting the run would hold the key for good, so one
+left without a workflow for longer than SHUTTLE_IDEMPOTENCY_RESERVATION_SECONDS is taken
+over by the next request with the key.
 """
 
 from __future__ import annotations
@@ -10,10 +13,10 @@ import asyncio
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import ColumnElement, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -44,6 +47,9 @@ class Reservation:
     """Set when this request holds the key and must start the run."""
     workflow_id: str | None
     """Set when an earlier request with the same key already started it."""
+    reserved_at: datetime | None = None
+    """When this request took the key: a later request that took it over since (this one
+    looked dead) changed it, and this one's complete or release then does nothing."""
 
 
 def request_hash(body: dict[str, Any]) -> str:
@@ -51,12 +57,17 @@ def request_hash(body: dict[str, Any]) -> str:
 
 
 class TaskIndex:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, stale_after_seconds: float = 60.0) -> None:
         self._engine = engine
+        self.stale_after_seconds = stale_after_seconds
+        self._stale_after = timedelta(seconds=stale_after_seconds)
+        """A reservation this old without a workflow is taken to be dead (its request died
+        part-way: process killed, backend down) and is taken over by the next request."""
 
     async def reserve(
         self, tenant_id: str, idempotency_key: str | None, digest: str, query: str
     ) -> Reservation:
+        now = datetime.now(UTC)
         try:
             async with self._engine.begin() as conn:
                 result = await conn.execute(
@@ -65,17 +76,17 @@ class TaskIndex:
                         idempotency_key=idempotency_key,
                         request_hash=digest,
                         query=query,
-                        created_at=datetime.now(UTC),
+                        created_at=now,
                     )
                 )
                 (row_id,) = result.inserted_primary_key or (0,)
-                return Reservation(row_id=int(row_id or 0), workflow_id=None)
+                return Reservation(row_id=int(row_id or 0), workflow_id=None, reserved_at=now)
         except IntegrityError:
             if idempotency_key is None:
                 raise
-        return Reservation(None, await self._wait_for(tenant_id, idempotency_key, digest))
+        return await self._wait_for(tenant_id, idempotency_key, digest)
 
-    async def _wait_for(self, tenant_id: str, idempotency_key: str, digest: str) -> str:
+    async def _wait_for(self, tenant_id: str, idempotency_key: str, digest: str) -> Reservation:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + RESERVATION_WAIT_SECONDS
         delay = 0.02
@@ -83,7 +94,12 @@ class TaskIndex:
             async with self._engine.connect() as conn:
                 row = (
                     await conn.execute(
-                        select(tasks.c.request_hash, tasks.c.workflow_id).where(
+                        select(
+                            tasks.c.id,
+                            tasks.c.request_hash,
+                            tasks.c.workflow_id,
+                            tasks.c.created_at,
+                        ).where(
                             tasks.c.tenant_id == tenant_id,
                             tasks.c.idempotency_key == idempotency_key,
                         )
@@ -92,23 +108,41 @@ class TaskIndex:
             if row is not None and row.request_hash != digest:
                 raise KeyReuseError
             if row is not None and row.workflow_id:
-                return str(row.workflow_id)
+                return Reservation(None, str(row.workflow_id))
+            if row is not None and (taken := await self._take_over(row.id)) is not None:
+                return taken
             # No row: the holder failed to start its run and gave the key back.
             if row is None or loop.time() > deadline:
                 raise KeyInFlightError
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
 
-    async def complete(self, row_id: int, workflow_id: str) -> None:
+    async def _take_over(self, row_id: int) -> Reservation | None:
+        """Hold the key of a reservation that has gone stale without a workflow; None while
+        it is fresh, or when another request took it over first."""
+        now = datetime.now(UTC)
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                update(tasks)
+                .where(
+                    tasks.c.id == row_id,
+                    tasks.c.workflow_id.is_(None),
+                    tasks.c.created_at < now - self._stale_after,
+                )
+                .values(created_at=now)
+            )
+        return Reservation(row_id, None, now) if result.rowcount == 1 else None
+
+    async def complete(self, reservation: Reservation, workflow_id: str) -> None:
         async with self._engine.begin() as conn:
             await conn.execute(
-                update(tasks).where(tasks.c.id == row_id).values(workflow_id=workflow_id)
+                update(tasks).where(*_held(reservation)).values(workflow_id=workflow_id)
             )
 
-    async def release(self, row_id: int) -> None:
+    async def release(self, reservation: Reservation) -> None:
         """Give the key back after the run failed to start, so a retry can try again."""
         async with self._engine.begin() as conn:
-            await conn.execute(delete(tasks).where(tasks.c.id == row_id))
+            await conn.execute(delete(tasks).where(*_held(reservation)))
 
     async def recent(self, tenant_id: str, limit: int) -> list[TaskEntry]:
         async with self._engine.connect() as conn:
@@ -121,3 +155,12 @@ class TaskIndex:
                 )
             ).all()
         return [TaskEntry(r.workflow_id, r.query, r.created_at) for r in rows]
+
+
+def _held(reservation: Reservation) -> tuple[ColumnElement[bool], ...]:
+    """The row of a reservation for as long as it is still this request's."""
+    return (
+        tasks.c.id == reservation.row_id,
+        tasks.c.workflow_id.is_(None),
+        tasks.c.created_at == reservation.reserved_at,
+    )

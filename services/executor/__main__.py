@@ -90,7 +90,7 @@ async def build(settings: Settings) -> GrpcService:
         name="executor",
         service_names=[executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"].full_name],
         register=lambda server: executor_pb2_grpc.add_ExecutorServiceServicer_to_server(
-            ExecutorServicer(runs, events), server
+            ExecutorServicer(runs, events, max_budget_tokens=settings.max_budget_tokens), server
         ),
         on_stop=(finish_runs, close_connections),
     )

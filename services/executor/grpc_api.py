@@ -19,6 +19,7 @@ from services.executor.ports import RunRequest
 from services.executor.runs import RunManager
 from shuttle.events_client import EventsClient, UpstreamError
 from shuttle.grpc_server import Context
+from shuttle.settings import DEFAULT_MAX_BUDGET_TOKENS
 from shuttle.v1 import common_pb2, executor_pb2, executor_pb2_grpc
 from shuttle.workflow_log import AppendRefused, LogClosed, LogUnavailable
 
@@ -61,14 +62,24 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         runs: RunManager,
         events: EventsClient,
         desk: CommandDesk | None = None,
+        *,
+        max_budget_tokens: int = DEFAULT_MAX_BUDGET_TOKENS,
     ) -> None:
         self._runs = runs
+        self._max_budget_tokens = max_budget_tokens
         self._events = events
         self._desk = desk or CommandDesk(GrpcWorkflowLog(events), runs.deliver)
 
     async def _start(self, request: executor_pb2.StartRunRequest, context: Context) -> str:
         if not request.query.strip():
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "query must not be empty")
+        if request.budget_tokens > self._max_budget_tokens:
+            most = self._max_budget_tokens
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"budget_tokens is {request.budget_tokens}; at most {most} are allowed "
+                f"(SHUTTLE_MAX_BUDGET_TOKENS={most})",
+            )
         history = []
         for index, message in enumerate(request.history):
             if message.role not in HISTORY_ROLES:

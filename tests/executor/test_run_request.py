@@ -12,6 +12,7 @@ import pytest
 from shuttle.llm.factory import ModelRegistry, RegisteredModel
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.llm.protocol import ROLES
+from shuttle.settings import DEFAULT_MAX_BUDGET_TOKENS
 from shuttle.v1 import executor_pb2
 from tests.executor.conftest import TENANT, Backends, types_of
 from tests.support.scripted_openai import ScriptedOpenAI, text
@@ -101,3 +102,34 @@ async def test_a_context_that_is_not_an_object_is_refused(
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "context_json must be a JSON object" in str(refused.value.details())
     assert model.requests == []
+
+
+async def test_a_budget_over_the_deployments_ceiling_is_refused_naming_it(
+    backends: Backends, model: ScriptedOpenAI
+) -> None:
+    executor, _ = await backends.serve(backends.run_manager(llm_for(model)))
+
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await executor.StartRun(
+            executor_pb2.StartRunRequest(
+                query="Say hello", tenant_id=TENANT, budget_tokens=DEFAULT_MAX_BUDGET_TOKENS + 1
+            )
+        )
+
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert str(refused.value.details()) == (
+        f"budget_tokens is {DEFAULT_MAX_BUDGET_TOKENS + 1}; at most {DEFAULT_MAX_BUDGET_TOKENS} "
+        f"are allowed (SHUTTLE_MAX_BUDGET_TOKENS={DEFAULT_MAX_BUDGET_TOKENS})"
+    )
+    assert model.requests == []
+    # The ceiling itself is a budget like any other, and the executor goes on serving.
+    model.script(text("Hello."), text("Hello there."))
+    started = await executor.StartRun(
+        executor_pb2.StartRunRequest(
+            query="Say hello", tenant_id=TENANT, budget_tokens=DEFAULT_MAX_BUDGET_TOKENS
+        )
+    )
+    assert types_of(await backends.read_log(started.workflow_id))[-2:] == [
+        "WORKFLOW_COMPLETED",
+        "STREAM_END",
+    ]

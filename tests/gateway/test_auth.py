@@ -166,6 +166,39 @@ def test_stream_tickets_open_only_their_workflow_and_expire(
 
 
 @pytest.mark.integration
+def test_a_malformed_ticket_is_401_whatever_it_holds(
+    auth_stack: AuthStack, finished_a: str
+) -> None:
+    with auth_stack.client(auth_stack.key_a) as own:
+        valid = own.post("/api/v1/stream/ticket", json={"workflow_id": finished_a}).json()
+    body, mac = valid["ticket"].split(".")
+    for ticket in (
+        "é.é",
+        f"{body}.{mac}é",
+        f"{body}é.{mac}",
+        "日本.語",
+        "\x00.\x00",
+        ".",
+        "..",
+        "no-dot-at-all",
+        f"{body}.",
+        f".{mac}",
+        "%ff%fe.%ff",
+    ):
+        refused = httpx.get(
+            f"{auth_stack.url}/api/v1/stream/sse",
+            params={"workflow_id": finished_a, "ticket": ticket},
+        )
+        assert refused.status_code == 401, ticket
+        assert refused.json()["error"]["code"] == "unauthenticated", ticket
+    # Raw bytes that are no UTF-8 at all, as a client may put them in the URL.
+    raw = httpx.get(f"{auth_stack.url}/api/v1/stream/sse?workflow_id={finished_a}&ticket=%ff.%fe")
+    assert raw.status_code == 401
+    status, frames = read_stream(auth_stack.url, valid["stream_url"])
+    assert status == 200 and frames[-1].event == "STREAM_END"
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("gateway_server", [{"rate_limit": "3/minute"}], indirect=True)
 def test_each_key_has_its_own_rate_limit(
     auth_stack: AuthStack, gateway_server: GatewayServer

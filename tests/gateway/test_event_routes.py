@@ -101,6 +101,54 @@ async def test_live_sse_resumes_exactly_pings_while_idle_and_closes_after_stream
     ]
 
 
+async def test_a_resume_point_beyond_the_log_is_answered_at_once(
+    running: Stack, events: events_pb2_grpc.EventServiceAsyncStub
+) -> None:
+    workflow_id = await new_workflow(events, 3)
+    sse = f"/api/v1/stream/sse?workflow_id={workflow_id}"
+    react = f"/api/v1/tasks/{workflow_id}/stream"
+    async with httpx.AsyncClient(base_url=running.gateway, timeout=60) as client:
+        # A log still going: a seq it has not reached is refused, naming its last seq.
+        for path, headers in (
+            (sse, {"Last-Event-ID": "4"}),
+            (f"{sse}&last_event_id=99", {}),
+            (react, {"Last-Event-ID": "4-0"}),
+            (f"{react}?dialect=fim&last_event_id=1000000", {}),
+        ):
+            refused = await client.get(path, headers=headers)
+            assert refused.status_code == 400, path
+            error = refused.json()["error"]
+            assert error["code"] == "invalid_argument"
+            assert "whose last seq is 3" in error["message"], error
+
+        # Its last seq itself is an ordinary resume: what comes next arrives.
+        async with client.stream("GET", sse, headers={"Last-Event-ID": "3"}) as resumed:
+            assert resumed.status_code == 200
+            await events.Append(
+                events_pb2.AppendRequest(
+                    workflow_id=workflow_id, events=[draft("WORKFLOW_COMPLETED")]
+                ),
+                metadata=TENANT,
+            )
+            frames = await SseReader(resumed).rest()
+        assert [(f.id, f.event) for f in frames] == [
+            ("4", "WORKFLOW_COMPLETED"),
+            ("5", "STREAM_END"),
+        ]
+
+        # An ended log: past its end (or at it), the stream is over at once, with no frames.
+        for path, headers in (
+            (sse, {"Last-Event-ID": "6"}),
+            (f"{sse}&last_event_id=99", {}),
+            (sse, {"Last-Event-ID": "5"}),
+            (react, {"Last-Event-ID": "1000"}),
+        ):
+            async with client.stream("GET", path, headers=headers) as ended:
+                assert ended.status_code == 200, path
+                assert await SseReader(ended).rest() == [], path
+        assert (await client.get("/healthz")).status_code == 200
+
+
 def test_query_resume_point_and_history_pages(running: Stack, events_workflow: str) -> None:
     with httpx.Client(base_url=running.gateway, timeout=30) as client:
         page = client.get(f"/api/v1/tasks/{events_workflow}/events?from_seq=2&limit=2").json()

@@ -92,6 +92,48 @@ def test_errors_come_back_as_openai_errors(auth_stack: AuthStack) -> None:
         client_for(auth_stack, "sk-shuttle-wrong").models.list()
 
 
+def test_a_hundred_thousand_messages_are_refused_naming_the_bound(auth_stack: AuthStack) -> None:
+    messages = [{"role": "user", "content": "x"} for _ in range(100_000)]
+    with auth_stack.client(auth_stack.key_a) as api:
+        before = len(api.get("/api/v1/tasks?limit=100").json()["tasks"])
+        reply = api.post(
+            "/v1/chat/completions", json={"model": "shuttle-auto", "messages": messages}
+        )
+        assert reply.status_code == 400, reply.text
+        error = reply.json()["error"]
+        assert error["code"] == "too_many_messages"
+        assert "100000 messages" in error["message"]
+        assert "SHUTTLE_OPENAI_MAX_MESSAGES=1000" in error["message"]
+        # Nothing was started, and the gateway goes on serving.
+        assert len(api.get("/api/v1/tasks?limit=100").json()["tasks"]) == before
+        assert api.get("/v1/models").status_code == 200
+
+
+def test_a_message_over_the_size_bound_is_refused_naming_it(auth_stack: AuthStack) -> None:
+    client = client_for(auth_stack, auth_stack.key_a)
+    long_text = "y" * 100_001
+    for content in (long_text, [{"type": "text", "text": long_text}]):
+        messages: list[Any] = [
+            {"role": "user", "content": "What is 1+1?"},
+            {"role": "assistant", "content": content},
+            {"role": "user", "content": "What is 2+2?"},
+        ]
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="shuttle-auto", messages=messages)
+        body = refused.value.body
+        assert isinstance(body, dict) and body["code"] == "message_too_long"
+        assert "messages[1].content is 100" in body["message"]
+        assert "SHUTTLE_OPENAI_MAX_MESSAGE_CHARS=100000" in body["message"]
+    at_the_bound = client.chat.completions.create(
+        model="shuttle-auto",
+        messages=[
+            {"role": "assistant", "content": "z" * 100_000},
+            {"role": "user", "content": "What is 2+2?"},
+        ],
+    )
+    assert at_the_bound.choices[0].message.content == "[demo model] 2+2 = 4"
+
+
 @pytest.mark.parametrize(
     ("payload", "expected"),
     [

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,8 +13,9 @@ import pytest
 
 from gateway.errors import ApiError
 from gateway.routes.stream import resume_point
+from shuttle.settings import child_environment
 from tests.support.sse import read_stream
-from tests.support.stack import start_stack
+from tests.support.stack import free_ports, start_stack
 
 pytestmark = pytest.mark.integration
 
@@ -121,6 +125,58 @@ def test_operations_endpoints(gateway: str) -> None:
     nowhere = httpx.get(f"{gateway}/api/v1/nowhere")
     assert nowhere.status_code == 404
     assert nowhere.json()["error"]["code"] == "not_found"
+
+
+def test_metrics_on_their_own_port_leave_the_public_one(gateway: str, tmp_path: Path) -> None:
+    # Unset, /metrics is served where the API is.
+    public = httpx.get(f"{gateway}/metrics")
+    assert public.status_code == 200 and "shuttle_sse_connections" in public.text
+
+    api_port, metrics_port = free_ports(2)
+    variables = {
+        "SHUTTLE_GATEWAY_HOST": "127.0.0.1",
+        "SHUTTLE_GATEWAY_PORT": str(api_port),
+        "SHUTTLE_METRICS_PORT": str(metrics_port),
+        "SHUTTLE_DATA_DIR": str(tmp_path),
+        "SHUTTLE_DATABASE_URL": "",
+        "OTEL_TRACES_EXPORTER": "none",
+    }
+    log = (tmp_path / "gateway.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway"],
+        env=child_environment(variables),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        url = f"http://127.0.0.1:{api_port}"
+        wait_for_health(process, url)
+        hidden = httpx.get(f"{url}/metrics")
+        assert hidden.status_code == 404
+        assert hidden.json()["error"]["code"] == "not_found"
+        served = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics")
+        assert served.status_code == 200 and "shuttle_sse_connections" in served.text
+        # Bound to the gateway's host only: another loopback address finds nothing there.
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.2:{metrics_port}/metrics")
+        assert httpx.get(f"{url}/healthz").status_code == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+
+def wait_for_health(process: subprocess.Popen[bytes], url: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        assert process.poll() is None, "the gateway exited"
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "the gateway did not come up"
+        time.sleep(0.1)
 
 
 def test_the_published_schema_documents_the_errors_the_gateway_sends(gateway: str) -> None:

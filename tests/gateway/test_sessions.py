@@ -114,7 +114,7 @@ def test_a_follow_up_joins_the_session_and_the_model_sees_the_earlier_turn(
     ]
     with scripted.client() as client:
         session = client.get(f"/api/v1/sessions/{session_id}").json()
-        events = client.get(f"/api/v1/sessions/{session_id}/events").json()["events"]
+        events = [e for page in session_events(client, session_id, 1000) for e in page]
         listed = client.get("/api/v1/sessions", params={"limit": 100}).json()
     assert [t["workflow_id"] for t in session["turns"]] == [
         first["workflow_id"],
@@ -143,6 +143,54 @@ def test_sessions_are_listed_in_pages(scripted: ScriptedStack) -> None:
             seen += [s["session_id"] for s in page["sessions"]]
             offset = page["next_offset"]
     assert ids <= set(seen) and len(seen) == len(set(seen))
+
+
+def session_events(
+    client: httpx.Client, session_id: str, limit: int, **params: str
+) -> list[list[dict[str, Any]]]:
+    """Every page of the session's events, following `next` from the first."""
+    pages: list[list[dict[str, Any]]] = []
+    cursor: str | None = ""
+    while cursor is not None:
+        query = {"limit": str(limit), **params, **({"from": cursor} if cursor else {})}
+        reply = client.get(f"/api/v1/sessions/{session_id}/events", params=query)
+        assert reply.status_code == 200, reply.text
+        pages.append(reply.json()["events"])
+        cursor = reply.json()["next"]
+    return pages
+
+
+def test_session_events_come_in_pages_that_join_without_gap_or_repeat(
+    scripted: ScriptedStack,
+) -> None:
+    first = scripted.run("Remember the number 7.")
+    session_id = first["session_id"]
+    second = scripted.run("And the number 8.", session_id)
+    workflows = [first["workflow_id"], second["workflow_id"]]
+    with scripted.client() as client:
+        (whole,) = session_events(client, session_id, 1000)
+        order = [(e["workflow_id"], e["seq"]) for e in whole]
+        assert order == sorted(order, key=lambda p: (workflows.index(p[0]), p[1]))
+        assert {wf for wf, _ in order} == set(workflows) and len(whole) > 10
+        for limit in (1, 3, 7, len(whole) - 1, len(whole)):
+            pages = session_events(client, session_id, limit)
+            assert all(len(page) == limit for page in pages[:-1])
+            joined = [(e["workflow_id"], e["seq"]) for page in pages for e in page]
+            assert joined == order, limit
+        # A type filter pages the same way over what it selects.
+        (tools,) = session_events(client, session_id, 1000, types="TOOL_INVOKED")
+        paged = session_events(client, session_id, 1, types="TOOL_INVOKED")
+        assert [e["seq"] for page in paged for e in page] == [e["seq"] for e in tools]
+        assert len(tools) == 2
+
+        other = scripted.run("A session of its own.")["workflow_id"]
+        for cursor in ("nonsense", f"{other}:1", f"{workflows[0]}:0", f"{workflows[0]}:x"):
+            refused = client.get(f"/api/v1/sessions/{session_id}/events", params={"from": cursor})
+            assert refused.status_code == 400, cursor
+            assert "<workflow_id>:<seq>" in refused.json()["error"]["message"]
+        too_many = client.get(f"/api/v1/sessions/{session_id}/events", params={"limit": 1001})
+        assert too_many.status_code == 400
+        assert client.get(f"/api/v1/sessions/{session_id}/events").status_code == 200
 
 
 def test_deleting_a_session_leaves_no_rows_and_no_files(scripted: ScriptedStack) -> None:

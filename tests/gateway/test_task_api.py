@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from sqlalchemy import update
 
+from gateway.stores.db import tasks
+from gateway.stores.task_index import TaskIndex, request_hash
+from gateway.submit import TaskSpec
+from shuttle.db import create_engine
 from tests.gateway.conftest import AuthStack
 from tests.support.gateway_server import GatewayServer
 from tests.support.stack import free_ports
@@ -47,6 +54,55 @@ def test_same_idempotency_key_gives_the_same_workflow(auth_stack: AuthStack) -> 
     with auth_stack.client(auth_stack.key_b) as other:
         elsewhere = other.post("/api/v1/tasks", json=body, headers={"Idempotency-Key": key})
         assert elsewhere.status_code == 201 and elsewhere.json()["workflow_id"] not in ids
+
+
+def leave_reservation(stack: AuthStack, key: str, query: str, age_seconds: float) -> None:
+    """What a request that died after reserving `key` (process killed, backend down) leaves
+    in the gateway's database: the key's row, without a workflow, made `age_seconds` ago."""
+
+    async def leave() -> None:
+        engine = create_engine(f"sqlite+aiosqlite:///{stack.data_dir / 'shuttle.db'}")
+        try:
+            index = TaskIndex(engine)
+            digest = request_hash(TaskSpec(query=query).as_dict())
+            reservation = await index.reserve("acme", key, digest, query)
+            assert reservation.row_id is not None
+            async with engine.begin() as conn:
+                await conn.execute(
+                    update(tasks)
+                    .where(tasks.c.id == reservation.row_id)
+                    .values(created_at=datetime.now(UTC) - timedelta(seconds=age_seconds))
+                )
+        finally:
+            await engine.dispose()
+
+    asyncio.run(leave())
+
+
+def test_a_key_whose_request_died_is_taken_over_once_stale(auth_stack: AuthStack) -> None:
+    stale, fresh = f"died-{uuid.uuid4()}", f"dying-{uuid.uuid4()}"
+    body = {"query": "What is 5*5?"}
+    leave_reservation(auth_stack, stale, body["query"], age_seconds=61)
+    leave_reservation(auth_stack, fresh, body["query"], age_seconds=1)
+    with auth_stack.client(auth_stack.key_a) as client:
+        # A reservation younger than SHUTTLE_IDEMPOTENCY_RESERVATION_SECONDS may still be
+        # starting its run: the key is in flight.
+        waiting = client.post("/api/v1/tasks", json=body, headers={"Idempotency-Key": fresh})
+        assert waiting.status_code == 409, waiting.text
+        assert waiting.json()["error"]["code"] == "idempotency_key_in_flight"
+        assert "SHUTTLE_IDEMPOTENCY_RESERVATION_SECONDS=60" in waiting.json()["error"]["message"]
+        # One older than that is taken over, and the key then stands for the new run.
+        taken = client.post("/api/v1/tasks", json=body, headers={"Idempotency-Key": stale})
+        assert taken.status_code == 201, taken.text
+        assert "idempotent-replayed" not in taken.headers
+        again = client.post("/api/v1/tasks", json=body, headers={"Idempotency-Key": stale})
+        assert again.status_code == 201
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.json()["workflow_id"] == taken.json()["workflow_id"]
+        other = client.post(
+            "/api/v1/tasks", json={"query": "What is 6*6?"}, headers={"Idempotency-Key": stale}
+        )
+        assert other.status_code == 422
 
 
 def test_task_detail_has_status_result_usage_and_cost(

@@ -3,6 +3,7 @@
 //   node drive.mjs grpc-web GATEWAY_URL API_KEY
 //   node drive.mjs console  GATEWAY_URL API_KEY SCREENSHOT_PATH
 //   node drive.mjs approvals GATEWAY_URL API_KEY   (a gateway whose calculator needs approval)
+//   node drive.mjs hostile GATEWAY_URL API_KEY WORKFLOW_ID   (a log whose fields hold markup)
 import { build } from "esbuild";
 import { chromium } from "playwright-core";
 import http from "node:http";
@@ -166,6 +167,48 @@ async function approvalScenario() {
   }
 }
 
+// Open a workflow whose events carry markup in every field the console shows, beside task
+// and conversation lists that hold it too: report whether anything ran and what the page
+// shows. A payload that ran would set window.__shuttleXss or open a dialog.
+async function hostileScenario(workflowId) {
+  const browser = await launch();
+  const out = { dialogs: [] };
+  const TAGS = ["li", "details", "summary", "div", "pre", "b", "a", "span", "p", "code", "strong", "em", "ul", "ol", "button"];
+  try {
+    const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+    page.on("pageerror", (err) => { out.pageErrors = [...(out.pageErrors || []), String(err)]; });
+    page.on("dialog", async (dialog) => { out.dialogs.push(dialog.message()); await dialog.dismiss(); });
+    await page.goto(gateway + "/");
+    await page.waitForSelector("#key-form:not([hidden])");
+    await page.fill("#api-key", apiKey);
+    await page.click("#key-form button");
+    await page.waitForSelector("#tasks li");
+    await page.waitForSelector("#sessions li");
+    await page.evaluate((wf) => { location.hash = wf; }, workflowId);
+    await page.waitForSelector("#run-status.completed", { timeout: 60000 });
+    await page.waitForSelector("#answer:not([hidden])");
+    await page.waitForSelector("#usage:not([hidden])");
+    out.ran = await page.evaluate(() => window.__shuttleXss || 0);
+    out.images = await page.locator("img, svg, script:not([src]), iframe").count();
+    // Every element the log and the lists put on the page is one the console makes.
+    out.foreign = await page.evaluate((tags) => [...document.querySelectorAll("#timeline *, #answer *, #tasks *, #sessions *")]
+      .map((e) => e.tagName.toLowerCase()).filter((t) => !tags.includes(t)), TAGS);
+    out.query = await page.locator("#run-query").textContent();
+    out.timeline = await page.locator("#timeline li").evaluateAll((lis) => lis.map((li) => li.textContent));
+    out.answer = await page.locator("#answer").textContent();
+    out.usage = await page.locator("#usage").textContent();
+    out.tasks = await page.locator("#tasks li").evaluateAll((lis) => lis.map((li) => li.textContent));
+    out.sessions = await page.locator("#sessions li a").evaluateAll((as) => as.map((a) => [a.textContent, a.dataset.title]));
+    out.storedKey = await page.evaluate(() => ({
+      session: sessionStorage.getItem("shuttle.apiKey"), local: localStorage.getItem("shuttle.apiKey"),
+    }));
+    return out;
+  } finally {
+    await browser.close();
+  }
+}
+
 const result = mode === "grpc-web" ? await grpcWeb()
-  : mode === "approvals" ? await approvalScenario() : await consoleScenario();
+  : mode === "approvals" ? await approvalScenario()
+  : mode === "hostile" ? await hostileScenario(process.argv[5]) : await consoleScenario();
 process.stdout.write(JSON.stringify(result) + "\n");
