@@ -14,7 +14,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.edge.grpc_web import PACKAGE
+from gateway.edge.grpc_web_methods import PACKAGE
 from gateway.errors import http_error_response
 
 GRPC_WEB_PATHS = f"/{PACKAGE}."
