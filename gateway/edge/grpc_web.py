@@ -2,9 +2,9 @@
 
 The gateway speaks grpc-web itself (with the semantics of Envoy's grpc_web filter) rather
 than leave it to a proxy, because a grpc-web call is a tenant's call: it must be
-authenticated by the tenant's key, held to the methods a browser needs
-(`grpc_web_methods.py`), scoped to the caller's tenant and stream ticket, and a run it
-starts must go through the task API's path. A proxy in front of the backends sees
+authenticated by the tenant's key, bounded like any request body, held to the methods a
+browser needs (`grpc_web_methods.py`), scoped to the caller's tenant and stream ticket, and
+a run it starts must go through the task API's path. A proxy in front of the backends sees
 none of that.
 
 Forwarded requests are decoded to set their `tenant_id` (and any field the gateway owns),
@@ -29,11 +29,13 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from gateway.backends import Backends
+from gateway.edge.body_limit import frame_too_large, too_large
 from gateway.edge.grpc_web_framing import (
     MESSAGE_FLAG,
     TRAILER_FLAG,
     Frame,
     FrameDecoder,
+    FrameTooLarge,
     FramingError,
     WebContentType,
     encode_frame,
@@ -49,6 +51,7 @@ from gateway.edge.grpc_web_status import RpcRefusal, trailers_only
 from gateway.edge.tenancy import Caller, caller_of, stream_caller_of, tenant_for_workflow
 from gateway.errors import ApiError
 from shuttle.grpc_client import TENANT_METADATA_KEY
+from shuttle.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +89,10 @@ class GrpcWebProxy:
             served, method = web_method(service, name)
             caller = await (stream_caller_of if served.ticket_reads else caller_of)(request)
             _timeout(request)  # a malformed grpc-timeout is refused before the body is read
-            raw = await _request_message(request, content_type.text)
+            settings: Settings = request.app.state.settings
+            raw = await _request_message(
+                request, content_type.text, settings.gateway_max_body_bytes
+            )
             message = decode_request(method.input_type, raw, content_type)
             _scope_to_caller(message, served, caller)
             if served.serving is Serving.FORWARD:
@@ -249,14 +255,30 @@ MAX_REQUEST_FRAMES = 8
 """A request is one message and perhaps a trailers frame; more is refused while it arrives."""
 
 
-async def _request_message(request: Request, text: bool) -> bytes:
-    """The request message, decoded as the body arrives: an oversized one is never buffered."""
-    decoder = FrameDecoder(text)
+async def _request_message(request: Request, text: bool, limit: int) -> bytes:
+    """The request message, decoded as the body arrives. A body over `limit` bytes is refused
+    as soon as that is known (its Content-Length, a frame's header, or the bytes so far), so
+    no more than `limit` bytes of it are ever held."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RpcRefusal(grpc.StatusCode.RESOURCE_EXHAUSTED, too_large(limit, int(declared)))
+    decoder = FrameDecoder(text, max_length=limit)
     frames: list[Frame] = []
-    async for chunk in request.stream():
-        frames += decoder.feed(chunk)
-        if len(frames) > MAX_REQUEST_FRAMES:
-            raise FramingError(f"expected exactly one request message, got {len(frames)} frames")
+    received = 0
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > limit:
+                raise RpcRefusal(grpc.StatusCode.RESOURCE_EXHAUSTED, too_large(limit))
+            frames += decoder.feed(chunk)
+            if len(frames) > MAX_REQUEST_FRAMES:
+                raise FramingError(
+                    f"expected exactly one request message, got {len(frames)} frames"
+                )
+    except FrameTooLarge as exc:
+        raise RpcRefusal(
+            grpc.StatusCode.RESOURCE_EXHAUSTED, frame_too_large(exc.length, limit)
+        ) from None
     return single_message(frames + decoder.finish())
 
 

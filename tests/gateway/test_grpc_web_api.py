@@ -1,9 +1,10 @@
 """The grpc-web API is the browser's, not the cluster's: what only Shuttle's components may
 call is refused by name, runs start through the task API's path, stream tickets read their
-own workflow only."""
+own workflow only, and bodies are held to the gateway's body limit."""
 
 from __future__ import annotations
 
+import socket
 import uuid
 from typing import Any
 
@@ -253,3 +254,55 @@ def test_a_stream_ticket_reads_its_own_workflow_only(
     assert with_ticket("ExecutorService/Control", steer)["grpc-status"] == "16"
     begin = executor_pb2.StartRunRequest(query="started with a ticket")
     assert with_ticket("ExecutorService/StartRun", begin)["grpc-status"] == "16"
+
+
+def frame_header(length: int) -> bytes:
+    return bytes([0]) + length.to_bytes(4, "big")
+
+
+def raw_post(url: str, path: str, key: str, head: dict[str, str], body: bytes) -> bytes:
+    """Send the request line, headers and `body`, then read the whole reply: the body the
+    headers announce is never sent, so a reply proves the gateway answered without it."""
+    host, port = url.removeprefix("http://").split(":")
+    lines = [
+        f"POST {path} HTTP/1.1",
+        f"Host: {host}:{port}",
+        "Content-Type: application/grpc-web+proto",
+        f"Authorization: Bearer {key}",
+        *(f"{name}: {value}" for name, value in head.items()),
+    ]
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            chunk = sock.recv(65536)
+            assert chunk, reply
+            reply += chunk
+    return reply
+
+
+TWENTY_MIB = 20 * 1024 * 1024
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+def test_a_20_mib_frame_is_refused_as_its_header_arrives(
+    auth_stack: AuthStack, declared: bool
+) -> None:
+    header = frame_header(TWENTY_MIB)
+    if declared:
+        head, body = {"Content-Length": str(TWENTY_MIB + 5)}, header
+    else:
+        head, body = {"Transfer-Encoding": "chunked"}, b"5\r\n" + header + b"\r\n"
+    path = "/shuttle.v1.ExecutorService/StartRun"
+    reply = raw_post(auth_stack.url, path, auth_stack.key_a, head, body)
+    status_line, _, rest = reply.partition(b"\r\n")
+    assert status_line == b"HTTP/1.1 200 OK"
+    fields = {}
+    for line in rest.split(b"\r\n\r\n")[0].decode().split("\r\n"):
+        name, _, value = line.partition(": ")
+        fields[name.lower()] = value
+    assert fields["grpc-status"] == "8"  # RESOURCE_EXHAUSTED
+    message = fields["grpc-message"]
+    assert "SHUTTLE_GATEWAY_MAX_BODY_BYTES" in message and "4,194,304 bytes" in message
+    assert ("20,971,525" if declared else "20,971,520") in message
+    still_serving(auth_stack)
