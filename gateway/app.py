@@ -18,6 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from gateway.backends import Backends
 from gateway.edge.body_limit import BodyLimit
 from gateway.edge.grpc_web import GrpcWebProxy
+from gateway.edge.loopback_host import LoopbackHostOnly
 from gateway.edge.rate_limit import RateLimiter
 from gateway.edge.tickets import TicketSigner
 from gateway.errors import install_error_handlers
@@ -107,6 +108,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
             expose_headers=CORS_EXPOSED,
             max_age=600,
         )
+    app.add_middleware(LoopbackHostOnly, auth=settings.auth)  # outermost: before CORS too
     app.include_router(tasks.router)
     app.include_router(sessions.router)
     app.include_router(stream.router)

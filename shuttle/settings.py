@@ -99,9 +99,9 @@ class Settings(BaseSettings):
     # are (events_fanout_seconds_per_reader below); a socket write costs more than a gRPC
     # message, hence the larger default.
     sse_fanout_seconds_per_client: float = Field(SECONDS_PER_SSE_CLIENT, ge=0, le=0.01)
-    # The largest request body the gateway reads (grpc-web calls go by gRPC's message limit
-    # instead), and how much of a session's earlier turns, newest first, a new turn's run is
-    # given. Together they keep a run's StartRun under gRPC's 16 MiB message limit.
+    # The largest request body the gateway reads (grpc-web calls included), and how much of a
+    # session's earlier turns, newest first, a new turn's run is given. Together they keep a
+    # run's StartRun under gRPC's 16 MiB message limit.
     gateway_max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=8 * 1024 * 1024)
     session_history_max_bytes: int = Field(4 * 1024 * 1024, ge=0, le=7 * 1024 * 1024)
     # A chat completion's messages: how many, and how long each one's content may be; the

@@ -26,12 +26,20 @@ _TIMEOUT = re.compile(r"^(\d{1,8})([HMSmun])$")
 _WHITESPACE = re.compile(rb"\s+")
 _SEGMENT_END = re.compile(rb"(?<==)(?=[^=])")
 MAX_FRAME_BYTES = 16 * 1024 * 1024
-"""The largest request message accepted, the same limit the backends' gRPC servers set."""
+"""The largest frame a decoder accepts unless told otherwise: gRPC's own message limit."""
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 
 
 class FramingError(ValueError):
     """The request body is not valid grpc-web; the message says what is wrong."""
+
+
+class FrameTooLarge(FramingError):
+    """A frame announces more bytes than the decoder accepts."""
+
+    def __init__(self, length: int, max_length: int) -> None:
+        super().__init__(f"a frame announces {length} bytes; at most {max_length} are accepted")
+        self.length, self.max_length = length, max_length
 
 
 @dataclass(frozen=True)
@@ -105,9 +113,7 @@ class FrameDecoder:
         while len(self._binary) - offset >= _HEADER.size:
             flag, length = _HEADER.unpack_from(self._binary, offset)
             if length > self._max_length:
-                raise FramingError(
-                    f"a frame announces {length} bytes; at most {self._max_length} are accepted"
-                )
+                raise FrameTooLarge(length, self._max_length)
             end = offset + _HEADER.size + length
             if end > len(self._binary):
                 break

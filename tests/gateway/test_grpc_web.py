@@ -8,11 +8,13 @@ import struct
 import time
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
 from gateway.edge.grpc_web_framing import decode_text, parse_frames
-from shuttle.v1 import common_pb2, events_pb2, executor_pb2, tools_pb2
+from shuttle.grpc_client import tenant_metadata
+from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc, executor_pb2, tools_pb2
 from tests.gateway.conftest import AuthStack, drive
 from tests.support.gateway_server import GatewayServer
 
@@ -27,22 +29,19 @@ def call(
     base: str,
     path: str,
     message: bytes,
-    key: str,
+    key: str | None,
     text: bool = False,
     headers: dict[str, str] | None = None,
 ) -> tuple[httpx.Response, list[bytes], dict[str, str]]:
-    """POST one grpc-web request; the reply's messages and its trailers."""
+    """POST one grpc-web request (with no key when `key` is None); the reply's messages and
+    its trailers."""
     body = frame(message)
     kind = "application/grpc-web-text" if text else "application/grpc-web+proto"
+    credentials = {"authorization": f"Bearer {key}"} if key is not None else {}
     response = httpx.post(
         f"{base}{path}",
         content=base64.b64encode(body) if text else body,
-        headers={
-            "content-type": kind,
-            "x-grpc-web": "1",
-            "authorization": f"Bearer {key}",
-            **(headers or {}),
-        },
+        headers={"content-type": kind, "x-grpc-web": "1", **credentials, **(headers or {})},
         timeout=60,
     )
     raw = decode_text(response.content) if text else response.content
@@ -56,6 +55,17 @@ def call(
         else:
             messages.append(payload)
     return response, messages, trailers
+
+
+def held_open(auth_stack: AuthStack, tenant: str = "acme") -> str:
+    """A workflow no run appends to, so its Stream tails live and never ends by itself.
+    Made on the events service directly, as the executor makes one: grpc-web cannot."""
+    target = f"127.0.0.1:{auth_stack.stack.grpc_ports['events']}"
+    with grpc.insecure_channel(target) as channel:
+        created = events_pb2_grpc.EventServiceStub(channel).CreateWorkflow(
+            events_pb2.CreateWorkflowRequest(query="held open"), metadata=tenant_metadata(tenant)
+        )
+    return str(created.workflow_id)
 
 
 def test_unary_call_in_binary_and_text_mode(auth_stack: AuthStack) -> None:
@@ -113,15 +123,12 @@ def test_errors_deadlines_and_refusals(auth_stack: AuthStack) -> None:
     _, _, trailers = call(url, "/shuttle.v1.EventService/GetWorkflow", accented, key)
     assert "%C3%A9" in trailers["grpc-message"]
 
-    _, _, invalid = call(url, "/shuttle.v1.PlannerService/Route", b"", key)
+    _, _, invalid = call(url, "/shuttle.v1.ExecutorService/StartRun", b"", key)
     assert invalid["grpc-status"] == "3" and "query" in invalid["grpc-message"]
 
     # A log no run appends to stays open, so the stream outlasts its deadline. (With a 1 ns
     # deadline on a missing workflow, NOT_FOUND sometimes came back first.)
-    created = events_pb2.CreateWorkflowRequest(query="held open").SerializeToString()
-    _, [workflow], _ = call(url, "/shuttle.v1.EventService/CreateWorkflow", created, key)
-    held_open = events_pb2.Workflow.FromString(workflow).workflow_id
-    stream = events_pb2.StreamRequest(workflow_id=held_open).SerializeToString()
+    stream = events_pb2.StreamRequest(workflow_id=held_open(auth_stack)).SerializeToString()
     _, _, late = call(
         url, "/shuttle.v1.EventService/Stream", stream, key, headers={"grpc-timeout": "200m"}
     )
@@ -176,13 +183,7 @@ def test_a_disconnected_client_cancels_the_upstream_call(
 ) -> None:
     proxy = gateway_server.app.state.grpc_web
     key = auth_stack.key_a
-    # A workflow with no events yet: its Stream tails live and never ends by itself.
-    created = events_pb2.CreateWorkflowRequest(query="idle").SerializeToString()
-    _, [reply], _ = call(
-        gateway_server.url, "/shuttle.v1.EventService/CreateWorkflow", created, key
-    )
-    workflow_id = events_pb2.Workflow.FromString(reply).workflow_id
-    body = frame(events_pb2.StreamRequest(workflow_id=workflow_id).SerializeToString())
+    body = frame(events_pb2.StreamRequest(workflow_id=held_open(auth_stack)).SerializeToString())
     with (
         httpx.Client(timeout=30) as client,
         client.stream(
@@ -216,6 +217,11 @@ def test_connect_web_in_chromium(auth_stack: AuthStack, browser_clients: Path) -
         assert run["tenant"] == "acme"  # the page asked for another tenant; the key decides
         assert run["missing"]["code"] == "NotFound"
         assert "calculator" in run["tools"]
-        assert run["route"] == {"mode": common_pb2.MODE_SIMPLE, "fastPath": True}
-        assert run["routeError"]["code"] == "InvalidArgument"
+        assert run["startError"]["code"] == "InvalidArgument"
         assert run["streamError"]["code"] == "NotFound"
+        # What only Shuttle's components may call is refused, naming the method.
+        assert run["route"]["code"] == "PermissionDenied"
+        assert "shuttle.v1.PlannerService/Route" in run["route"]["message"]
+        assert run["append"]["code"] == "PermissionDenied"
+        assert run["statusAfterAppend"] == common_pb2.WORKFLOW_STATUS_COMPLETED
+        assert run["resultAfterAppend"] != "forged"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from urllib.parse import unquote
 
 import httpx
 import pytest
 
 from shuttle.v1 import executor_pb2
 from tests.gateway.conftest import AuthStack
-from tests.gateway.test_grpc_web import call
+from tests.gateway.test_grpc_web import call, frame
 from tests.support.gateway_server import GatewayServer
 
 pytestmark = pytest.mark.integration
@@ -57,14 +58,35 @@ def test_a_body_over_the_limit_is_refused_naming_the_limit(
 
 
 @pytest.mark.parametrize("gateway_server", SMALL_LIMIT, indirect=True)
-def test_grpc_web_calls_go_by_grpcs_message_limit(
-    gateway_server: GatewayServer, auth_stack: AuthStack
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+def test_grpc_web_calls_are_held_to_the_same_limit(
+    gateway_server: GatewayServer, auth_stack: AuthStack, declared: bool
 ) -> None:
-    request = executor_pb2.StartRunRequest(query="g" * (2 * LIMIT)).SerializeToString()
-    response, messages, trailers = call(
-        gateway_server.url, "/shuttle.v1.ExecutorService/StartRun", request, auth_stack.key_a
+    # One frame whose header announces no more than the limit, but whose body passes it.
+    query = "g" * (LIMIT - 6)
+    request = executor_pb2.StartRunRequest(query=query).SerializeToString()
+    body = frame(request)
+    assert len(request) <= LIMIT < len(body)
+    response = httpx.post(
+        f"{gateway_server.url}/shuttle.v1.ExecutorService/StartRun",
+        content=body if declared else _chunked(body),
+        headers={
+            "Authorization": f"Bearer {auth_stack.key_a}",
+            "Content-Type": "application/grpc-web+proto",
+        },
+        timeout=60,
     )
     assert response.status_code == 200
+    assert response.headers["grpc-status"] == "8", response.headers  # RESOURCE_EXHAUSTED
+    message = unquote(response.headers["grpc-message"])
+    assert "65,536 bytes" in message and "SHUTTLE_GATEWAY_MAX_BODY_BYTES" in message
+    with auth_stack.client(auth_stack.key_a) as client:
+        listed = client.get("/api/v1/tasks", params={"limit": 100}).json()["tasks"]
+    assert query not in {task["query"] for task in listed}  # nothing started
+    within = executor_pb2.StartRunRequest(query="g" * (LIMIT // 2)).SerializeToString()
+    _, messages, trailers = call(
+        gateway_server.url, "/shuttle.v1.ExecutorService/StartRun", within, auth_stack.key_a
+    )
     assert trailers["grpc-status"] == "0", trailers
     assert executor_pb2.StartRunResponse.FromString(messages[0]).workflow_id.startswith("wf-")
     # Claiming to be grpc-web elsewhere is no way around the limit.

@@ -98,7 +98,7 @@ class RawClient:
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         self.sock.connect(("127.0.0.1", gateway.port))
-        self.sock.sendall(f"GET {path} HTTP/1.0\r\nHost: gateway\r\n\r\n".encode())
+        self.sock.sendall(f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".encode())
         self.received = b""
 
     def read_until(self, marker: bytes) -> None:

@@ -1,5 +1,6 @@
-// Runs in the browser page: connect-web clients of every shuttle.v1 service over the gateway's
-// grpc-web endpoint. The generated messages come from proto/ via protoc-gen-es (gen/).
+// Runs in the browser page: connect-web clients of the shuttle.v1 services over the gateway's
+// grpc-web endpoint, calling what the grpc-web API serves and trying what it refuses. The
+// generated messages come from proto/ via protoc-gen-es (gen/).
 import { createClient, ConnectError, Code } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-web";
 import { EventService } from "./gen/shuttle/v1/events_pb";
@@ -55,14 +56,31 @@ async function scenario(baseUrl: string, apiKey: string, binary: boolean): Promi
     out.missing = failure(err);
   }
   out.tools = (await tools.listTools({})).tools.map((t) => t.name);
-  const route = await planner.route({ query: "hello" });
-  out.route = { mode: route.mode, fastPath: route.fastPath };
   try {
-    await planner.route({ query: " " });
-    out.routeError = "no error";
+    await executor.startRun({ query: " " });
+    out.startError = "no error";
   } catch (err) {
-    out.routeError = failure(err);
+    out.startError = failure(err);
   }
+  try {
+    await planner.route({ query: "hello" });
+    out.route = "no error";
+  } catch (err) {
+    out.route = failure(err);
+  }
+  // A forged end of the run: refused, and the workflow keeps its own status and result.
+  try {
+    await events.append({
+      workflowId: started.workflowId,
+      events: [{ type: EventType.WORKFLOW_COMPLETED, payloadJson: '{"result": "forged"}' }],
+    });
+    out.append = "no error";
+  } catch (err) {
+    out.append = failure(err);
+  }
+  const after = await events.getWorkflow({ workflowId: started.workflowId });
+  out.statusAfterAppend = after.status;
+  out.resultAfterAppend = after.result;
   // A server stream that fails after the call started: an unknown workflow on Stream.
   try {
     for await (const _ of events.stream({ workflowId: "wf-nope", fromSeq: 1n })) {
