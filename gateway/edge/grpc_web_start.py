@@ -24,7 +24,7 @@ from gateway.edge.grpc_web_status import RpcRefusal
 from gateway.edge.tenancy import Caller
 from gateway.errors import ApiError
 from gateway.routes.tasks import TaskCreate
-from gateway.submit import MODES, TaskSpec, submit
+from gateway.submit import MODES, submit
 from shuttle.events_client import UpstreamError
 from shuttle.v1 import common_pb2, executor_pb2
 
@@ -45,8 +45,8 @@ async def start_run(
     """Start the run `message` asks for, as the caller's task."""
     state = request.app.state
     backends: Backends = state.backends
-    spec = task_spec(message)
     try:
+        spec = task_body(message).spec(state.settings.max_budget_tokens)
         done = await submit(
             backends,
             state.task_index,
@@ -83,8 +83,8 @@ async def follow_run(
         raise RpcRefusal(exc.status, f"events service: {exc.message}") from None
 
 
-def task_spec(message: executor_pb2.StartRunRequest) -> TaskSpec:
-    """The task API's request for what `message` asks, checked as the task API checks it."""
+def task_body(message: executor_pb2.StartRunRequest) -> TaskCreate:
+    """The task API's request body for what `message` asks, checked as its schema checks it."""
     if message.mode and message.mode not in _MODE_NAMES:
         raise _invalid(f"mode: {message.mode} is not a shuttle.v1.Mode")
     body: dict[str, Any] = {
@@ -96,22 +96,12 @@ def task_spec(message: executor_pb2.StartRunRequest) -> TaskSpec:
         "context": _context(message.context_json),
     }
     try:
-        task = TaskCreate.model_validate(body)
+        return TaskCreate.model_validate(body)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}" for e in exc.errors()
         )
         raise _invalid(problems) from None
-    if not task.query.strip():
-        raise _invalid("query: must not be blank")
-    return TaskSpec(
-        query=task.query,
-        session_id=task.session_id or "",
-        mode=task.mode or "",
-        model=task.model or "",
-        budget_tokens=task.budget_tokens or 0,
-        context=task.context or {},
-    )
 
 
 def idempotency_key(request: Request) -> str | None:

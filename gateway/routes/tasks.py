@@ -29,6 +29,27 @@ class TaskCreate(BaseModel):
     budget_tokens: int | None = Field(None, ge=1, le=2**63 - 1)
     context: dict[str, Any] | None = None
 
+    def spec(self, max_budget_tokens: int) -> TaskSpec:
+        """The task this body asks for, with the checks its schema cannot make; the task API
+        and grpc-web's StartRun both start runs from it."""
+        if not self.query.strip():
+            raise ApiError(400, "invalid_request", "query: must not be blank")
+        if self.budget_tokens is not None and self.budget_tokens > max_budget_tokens:
+            raise ApiError(
+                400,
+                "budget_too_large",
+                f"budget_tokens is {self.budget_tokens}; at most {max_budget_tokens} are "
+                f"allowed (SHUTTLE_MAX_BUDGET_TOKENS={max_budget_tokens})",
+            )
+        return TaskSpec(
+            query=self.query,
+            session_id=self.session_id or "",
+            mode=self.mode or "",
+            model=self.model or "",
+            budget_tokens=self.budget_tokens or 0,
+            context=self.context or {},
+        )
+
 
 class TaskCreated(BaseModel):
     workflow_id: str
@@ -65,24 +86,7 @@ async def create_task(
     ] = None,
 ) -> JSONResponse:
     """Start a task; the same Idempotency-Key (per tenant) always yields the same workflow."""
-    if not body.query.strip():
-        raise ApiError(400, "invalid_request", "query: must not be blank")
-    most = request.app.state.settings.max_budget_tokens
-    if body.budget_tokens is not None and body.budget_tokens > most:
-        raise ApiError(
-            400,
-            "budget_too_large",
-            f"budget_tokens is {body.budget_tokens}; at most {most} are allowed "
-            f"(SHUTTLE_MAX_BUDGET_TOKENS={most})",
-        )
-    spec = TaskSpec(
-        query=body.query,
-        session_id=body.session_id or "",
-        mode=body.mode or "",
-        model=body.model or "",
-        budget_tokens=body.budget_tokens or 0,
-        context=body.context or {},
-    )
+    spec = body.spec(request.app.state.settings.max_budget_tokens)
     done = await submit(
         clients, index, sessions, caller.tenant_id, caller.key_id, spec, idempotency_key
     )
