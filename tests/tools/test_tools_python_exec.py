@@ -13,6 +13,7 @@ import pytest
 
 from services.tools.builtins import BuiltinConfig, default_tools
 from services.tools.builtins.sandbox import Sandbox, SandboxLimits
+from services.tools.builtins.syscall_filter import UnsupportedArchitecture, build_filter
 from services.tools.workspace import Workspaces
 from tests.tools.sandbox_support import BARE, DISARM, Runs, on_loop, processes_mounting
 
@@ -292,3 +293,32 @@ def test_calls_leave_no_descriptor_or_container_behind(sandbox: Sandbox, tmp_pat
     assert "exit status 3" in observations[2]
     assert after == before
     assert processes_mounting(tmp_path / "ws" / "acme" / "wf-a") == []
+
+
+def test_the_syscall_filter_refuses_kernel_surfaces(sandbox: Sandbox, tmp_path: Path) -> None:
+    # Each call through libc with the audit hook left out: only the filter answers. The
+    # numbers are x86_64's and aarch64's, chosen by the machine the container runs on.
+    code = (
+        "import ctypes, os, platform\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "x86 = platform.machine() == 'x86_64'\n"
+        "calls = {'ptrace': (101, 117), 'mount': (165, 40), 'unshare': (272, 97),\n"
+        "         'setns': (308, 268), 'keyctl': (250, 219), 'bpf': (321, 280),\n"
+        "         'perf_event_open': (298, 241), 'io_uring_setup': (425, 425)}\n"
+        "for name, numbers in calls.items():\n"
+        "    number = numbers[0] if x86 else numbers[1]\n"
+        "    result = libc.syscall(number, 0, 0, 0, 0, 0)\n"
+        "    print(name, result, os.strerror(ctypes.get_errno()))\n"
+        "print('unshare(CLONE_NEWUSER)', libc.unshare(0x10000000), ctypes.get_errno())\n"
+    )
+    result = on_loop("uvloop", Runs(sandbox, tmp_path, BARE).python(code))
+    assert result.ok, result.observation
+    lines = result.observation.strip().splitlines()
+    assert len(lines) == 9
+    assert all(" -1 Operation not permitted" in line for line in lines[:8]), lines
+    assert lines[8] == "unshare(CLONE_NEWUSER) -1 1"
+
+
+def test_the_filter_names_an_unknown_architecture() -> None:
+    with pytest.raises(UnsupportedArchitecture, match=r"knows the syscall tables of x86_64"):
+        build_filter("sparc64")
