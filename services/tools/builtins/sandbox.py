@@ -12,7 +12,6 @@ of `syscall_filter` is loaded last, just before the interpreter starts.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -35,7 +34,7 @@ NAMESPACE_HINT = (
     "kernel.unprivileged_userns_clone=1 where it exists, "
     "kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 23.10+); in Kubernetes the "
     "tools container needs seccompProfile Unconfined, appArmorProfile Unconfined and "
-    "procMount Unmasked (docs/tools.md, 'python_exec')"
+    "procMount Unmasked, which needs hostUsers: false (docs/tools.md, 'python_exec')"
 )
 # Entry points of the root's merged-/usr layout, recreated when they are links on the host.
 _ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -192,24 +191,20 @@ class Layout:
 
 
 async def discover_layout(interpreter: str) -> Layout:
-    process = await asyncio.create_subprocess_exec(
-        interpreter,
-        "-I",
-        "-S",
-        "-c",
-        _PROBE,
-        env={},
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    finished = await run_child(
+        [interpreter, "-I", "-S", "-c", _PROBE],
+        stdin=b"",
+        pass_data=b"",
+        output_limit=4 * 1024 * 1024,
+        wall_seconds=60,
     )
-    out, err = await process.communicate()
-    if process.returncode != 0:
+    said = finished.output.decode(errors="replace").strip()
+    if finished.status != 0 or finished.timed_out:
         raise SandboxUnavailable(
-            f"python_exec: the interpreter {interpreter} did not start "
-            f"({err.decode(errors='replace').strip()[-500:]}); set SHUTTLE_PYTHON_EXEC_INTERPRETER"
+            f"python_exec: the interpreter {interpreter} did not start (status "
+            f"{finished.status}: {said[-500:]}); set SHUTTLE_PYTHON_EXEC_INTERPRETER"
         )
-    return Layout.from_probe(json.loads(out.decode().strip().splitlines()[-1]))
+    return Layout.from_probe(json.loads(said.splitlines()[-1]))
 
 
 def find_interpreter(preferred: str = "") -> str:
