@@ -19,7 +19,11 @@ RUN /opt/shuttle/bin/pip install --no-cache-dir "grpcio-tools>=1.85,<2" \
  && /opt/shuttle/bin/pip uninstall -y grpcio-tools
 
 FROM python:3.11-slim
-RUN groupadd --gid 10001 shuttle && useradd --uid 10001 --gid 10001 --no-create-home shuttle
+# bubblewrap: python_exec runs each snippet in a container of its own (docs/tools.md).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends bubblewrap \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 10001 shuttle && useradd --uid 10001 --gid 10001 --no-create-home shuttle
 COPY --from=build /opt/shuttle /opt/shuttle
 ENV PATH=/opt/shuttle/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -227,6 +227,9 @@ class Settings(BaseSettings):
     python_exec_timeout_seconds: float = Field(20.0, gt=0)
     python_exec_memory_mb: int = Field(512, ge=64)
     python_exec_interpreter: str = ""
+    # bubblewrap, which runs each python_exec snippet in a container of its own; with
+    # python_exec enabled the tools service does not start without a working one.
+    python_exec_bwrap: str = "/usr/bin/bwrap"
     tool_providers: dict[str, str] = Field(default_factory=dict)
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
 

@@ -13,7 +13,7 @@ from services.tools.approvals import ApprovalStore
 from services.tools.artifacts import ArtifactStore
 from services.tools.buckets import MemoryBuckets, RedisBuckets, TokenBuckets
 from services.tools.builtins import BuiltinConfig, default_tools
-from services.tools.builtins.python_exec import SandboxLimits
+from services.tools.builtins.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 from services.tools.catalog import ToolRegistry
 from services.tools.cleanup import WorkflowDataCleaner
 from services.tools.db import create_schema
@@ -51,20 +51,29 @@ def service_for(
     )
 
 
-def builtin_config(settings: Settings) -> BuiltinConfig:
+def builtin_config(settings: Settings, python_sandbox: Sandbox | None = None) -> BuiltinConfig:
     return BuiltinConfig(
         workspaces=Workspaces(settings.workspace_root, settings.tool_workspace_quota_bytes),
         http_policy=AddressPolicy.from_list(settings.http_allow_hosts),
         http_max_bytes=settings.http_max_response_bytes,
         http_timeout_seconds=settings.tool_timeout_seconds,
-        python_exec=settings.python_exec_enabled,
+        python_sandbox=python_sandbox,
         python_limits=SandboxLimits(
             cpu_seconds=max(1, int(settings.python_exec_timeout_seconds)),
             memory_bytes=settings.python_exec_memory_mb * 1024 * 1024,
             wall_seconds=settings.python_exec_timeout_seconds,
         ),
-        python_interpreter=settings.python_exec_interpreter,
     )
+
+
+async def python_sandbox(settings: Settings) -> Sandbox | None:
+    """python_exec's container when enabled, proven by starting one; never a weaker mode."""
+    if not settings.python_exec_enabled:
+        return None
+    try:
+        return await Sandbox.prepare(settings.python_exec_bwrap, settings.python_exec_interpreter)
+    except SandboxUnavailable as exc:
+        raise SystemExit(f"shuttle tools: SHUTTLE_PYTHON_EXEC_ENABLED is on, but {exc}") from None
 
 
 def _buckets(settings: Settings) -> TokenBuckets:
@@ -77,6 +86,8 @@ def _buckets(settings: Settings) -> TokenBuckets:
 
 async def build(settings: Settings) -> GrpcService:
     """The tools service as configured: built-ins and providers behind the hook chain."""
+    # First, so a host that cannot run python_exec's container stops before anything opens.
+    sandbox = await python_sandbox(settings)
     try:
         hooks_config = load_hooks_config(settings.tool_hooks_file)
     except HooksConfigError as exc:
@@ -105,7 +116,7 @@ async def build(settings: Settings) -> GrpcService:
         )
     except HooksConfigError as exc:
         raise SystemExit(f"shuttle tools: {exc}") from None
-    config = builtin_config(settings)
+    config = builtin_config(settings, sandbox)
     registry = ToolRegistry(default_tools(config))
     providers = await load_providers(settings, registry)
     assert config.workspaces is not None

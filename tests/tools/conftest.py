@@ -11,13 +11,22 @@ import pytest
 
 from services.tools.__main__ import service_for
 from services.tools.builtins import default_tools
+from services.tools.builtins.sandbox import Sandbox
 from services.tools.catalog import ToolError, ToolOutput, ToolRegistry, ToolSpec
 from services.tools.host import ToolHost
 from shuttle.v1 import tools_pb2_grpc
+from tests.tools.sandbox_support import prepared_sandbox
 
 if TYPE_CHECKING:
     # Only the type stubs define the aio stub class; at run time ToolServiceStub serves both.
     from shuttle.v1.tools_pb2_grpc import ToolServiceAsyncStub
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "sandbox: runs python_exec's bubblewrap container (.ci/run installs bwrap)"
+    )
+
 
 NO_ARGS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
@@ -129,3 +138,9 @@ async def channel(host: ToolHost) -> AsyncIterator[grpc.aio.Channel]:
 def stub(channel: grpc.aio.Channel) -> ToolServiceAsyncStub:
     # The stub's overloads cannot tell an aio channel apart while grpc itself is untyped.
     return tools_pb2_grpc.ToolServiceStub(channel)
+
+
+@pytest.fixture
+def sandbox() -> Sandbox:
+    """python_exec's container; skips without bubblewrap locally, fails under CI."""
+    return prepared_sandbox()

@@ -126,7 +126,7 @@ async def test_every_redirect_hop_is_checked(server: int) -> None:
 async def test_response_size_is_limited(server: int) -> None:
     host = host_with(AddressPolicy.from_list(["127.0.0.0/8"]), max_bytes=1000)
     result = await fetch(host, f"http://127.0.0.1:{server}/big")
-    assert "[response cut at 1,000 bytes]" in result.observation
+    assert "[response cut at 1,000 bytes (SHUTTLE_HTTP_MAX_RESPONSE_BYTES)]" in result.observation
     assert result.observation.split("\n\n", 1)[1].count("x") == 1000
 
 

@@ -1,149 +1,324 @@
-"""python_exec limits, enforced on real subprocesses."""
+"""python_exec in its bubblewrap container: each test an attack the container must refuse,
+with the audit hook switched off by the snippet itself (or left out), on the event loop the
+services run (uvloop) and on asyncio's."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
-import json
 import os
-import subprocess
-import tempfile
-import uuid
+import socket
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from services.tools.builtins import BuiltinConfig, default_tools
-from services.tools.builtins.python_exec import PythonExec, SandboxLimits
-from services.tools.catalog import ToolRegistry
-from services.tools.host import ToolHost
-from shuttle.tool_calls import ToolCall
+from services.tools.builtins.sandbox import Sandbox, SandboxLimits
+from services.tools.builtins.syscall_filter import UnsupportedArchitecture, build_filter
+from services.tools.workspace import Workspaces
+from tests.tools.sandbox_support import BARE, DISARM, Runs, on_loop, processes_mounting
 
-LIMITS = SandboxLimits(cpu_seconds=2, memory_bytes=256 * 2**20, wall_seconds=10, processes=16)
-
-
-async def run(code: str, limits: SandboxLimits = LIMITS) -> Any:
-    host = ToolHost(ToolRegistry([PythonExec(limits)]), default_timeout_seconds=60)
-    return await host.execute(
-        ToolCall(tool_name="python_exec", arguments_json=json.dumps({"code": code}))
-    )
+pytestmark = pytest.mark.sandbox
+LOOPS = ["uvloop", "asyncio"]
 
 
-def sandbox_processes() -> int:
-    """Processes of the sandbox user still alive (only meaningful when we run as root)."""
-    found = subprocess.run(["pgrep", "-c", "-u", "nobody"], capture_output=True, text=True)
-    return int(found.stdout.strip() or 0)
-
-
-def test_off_unless_enabled() -> None:
-    names = [tool.spec.name for tool in default_tools(BuiltinConfig())]
+def test_off_unless_a_container_is_given(sandbox: Sandbox, tmp_path: Path) -> None:
+    workspaces = Workspaces(tmp_path, 1000)
+    assert "python_exec" not in [t.spec.name for t in default_tools(BuiltinConfig())]
+    names = [t.spec.name for t in default_tools(BuiltinConfig(workspaces=workspaces))]
     assert "python_exec" not in names
-    assert "python_exec" in [t.spec.name for t in default_tools(BuiltinConfig(python_exec=True))]
+    enabled = BuiltinConfig(workspaces=workspaces, python_sandbox=sandbox)
+    assert "python_exec" in [t.spec.name for t in default_tools(enabled)]
 
 
-async def test_runs_code_with_an_empty_environment() -> None:
-    result = await run(
-        "import os, sys\nprint(6 * 7)\nprint(sorted(os.environ))\nprint(sys.flags.isolated)"
+@pytest.mark.parametrize("loop", LOOPS)
+def test_output_and_workspace_files_shared_with_file_ops_of_the_same_run(
+    loop: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    runs = Runs(sandbox, tmp_path / "ws")
+
+    async def scenario() -> None:
+        wrote = await runs.python(
+            "import os\nopen('notes.txt', 'w').write('from python')\nprint(6 * 7, os.getcwd())"
+        )
+        assert wrote.ok, wrote.observation
+        assert wrote.observation.split() == ["42", "/workspace"]
+        read = await runs.call("file_ops", "wf-a", operation="read", path="notes.txt")
+        assert read.ok and read.observation == "from python"
+        # Written by file_ops, read by the next snippet of the same run.
+        await runs.call("file_ops", "wf-a", operation="write", path="in.txt", content="hi")
+        back = await runs.python("print(open('in.txt').read().upper())")
+        assert back.observation.strip() == "HI"
+        # Another run sees neither, from either tool.
+        other = await runs.call("file_ops", "wf-b", operation="exists", path="notes.txt")
+        assert other.observation == "no"
+        listing = await runs.python("import os\nprint(sorted(os.listdir('.')))", "wf-b")
+        assert listing.observation.strip() == "[]"
+
+    on_loop(loop, scenario())
+
+
+def test_environment_is_empty(sandbox: Sandbox, tmp_path: Path) -> None:
+    result = on_loop(
+        "uvloop", Runs(sandbox, tmp_path).python("import os\nprint(sorted(os.environ))")
     )
+    assert result.observation.strip() == "['PWD']"
+
+
+def test_rewriting_the_audit_hook_then_writing_outside_fails(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    outside = tmp_path / "escaped.txt"
+    code = DISARM + (
+        "import os\n"
+        "for path in ['/escaped.txt', '/tmp/../etc/escaped', '/usr/lib/escaped', "
+        f"'../escaped.txt', {str(outside)!r}]:\n"
+        "    try:\n"
+        "        open(path, 'w').write('x')\n"
+        "        print('WROTE', path)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', path, exc.strerror)\n"
+        "import ctypes\n"
+        "print('hook off')\n"
+    )
+    result = on_loop("uvloop", Runs(sandbox, tmp_path / "ws").python(code))
     assert result.ok, result.observation
-    number, environment, isolated = result.observation.splitlines()
-    assert number == "42"
-    # Python itself may set LC_CTYPE; nothing of the service's environment gets through.
-    assert set(ast.literal_eval(environment)) <= {"LC_CTYPE"}
-    assert isolated == "1"
+    assert "hook off" in result.observation  # the snippet really did disarm it
+    assert "WROTE" not in result.observation
+    assert result.observation.count("refused") == 5
+    assert not outside.exists()
+    assert not (tmp_path / "ws" / "acme" / "escaped.txt").exists()
 
 
-async def test_script_errors_are_reported() -> None:
-    result = await run("raise ValueError('nope')")
-    assert result.error and "ValueError: nope" in result.observation
-
-
-async def test_infinite_loop_hits_the_cpu_limit() -> None:
-    result = await run("while True:\n    pass")
-    assert result.error
-    assert "more than 2 s of CPU time" in result.observation
-
-
-async def test_sleeping_forever_hits_the_wall_timeout() -> None:
-    limits = SandboxLimits(cpu_seconds=5, wall_seconds=1)
-    result = await run("import time\ntime.sleep(60)", limits)
-    assert result.error and "longer than 1 seconds" in result.observation
-
-
-async def test_memory_bomb_hits_the_memory_limit() -> None:
-    result = await run("blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2**20))")
-    assert result.error and "ran out of memory (limit 256 MiB)" in result.observation
-
-
-async def test_fork_bomb_is_refused() -> None:
-    result = await run("import os\nwhile True:\n    os.fork()")
-    assert result.error and "os.fork is not allowed" in result.observation
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="RLIMIT_NPROC binds only the sandbox user")
-async def test_fork_bomb_is_contained_by_process_limits_alone() -> None:
-    # With the audit-hook layer off, RLIMIT_NPROC (as `nobody`) and the group kill must hold.
-    limits = SandboxLimits(cpu_seconds=5, wall_seconds=5, processes=8, audit_guard=False)
+def test_dir_fd_writes_outside_fail(sandbox: Sandbox, tmp_path: Path) -> None:
     code = (
-        "import os, time\n"
+        "import os\n"
+        "for where in ['/', '/usr', '..']:\n"
+        "    fd = os.open(where, os.O_RDONLY)\n"
+        "    try:\n"
+        "        os.open('escaped', os.O_CREAT | os.O_WRONLY, dir_fd=fd)\n"
+        "        print('WROTE', where)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', where, exc.strerror)\n"
+    )
+    result = on_loop("uvloop", Runs(sandbox, tmp_path / "ws", BARE).python(code))
+    assert result.ok, result.observation
+    assert "WROTE" not in result.observation
+    assert result.observation.count("Read-only file system") == 3
+
+
+def test_sqlite3_cannot_reach_a_database_outside(sandbox: Sandbox, tmp_path: Path) -> None:
+    database = tmp_path / "var" / "shuttle.db"
+    database.parent.mkdir()
+    database.write_bytes(b"SQLite format 3\x00secret rows")
+    code = DISARM + (
+        "import sqlite3\n"
+        f"for path in [{str(database)!r}, '/usr/evil.db']:\n"
+        "    try:\n"
+        "        sqlite3.connect(path).execute('create table t (x)')\n"
+        "        print('OPENED', path)\n"
+        "    except sqlite3.Error as exc:\n"
+        "        print('refused', exc)\n"
+        "sqlite3.connect('mine.db').execute('create table t (x)')\n"
+        "print('own database ok')\n"
+    )
+    result = on_loop("uvloop", Runs(sandbox, tmp_path / "ws").python(code))
+    assert result.ok, result.observation
+    assert "OPENED" not in result.observation
+    assert result.observation.count("unable to open database file") == 2
+    assert "own database ok" in result.observation
+    assert database.read_bytes() == b"SQLite format 3\x00secret rows"
+
+
+def test_another_runs_workspace_cannot_be_read(sandbox: Sandbox, tmp_path: Path) -> None:
+    runs = Runs(sandbox, tmp_path / "ws")
+    secret = tmp_path / "ws" / "acme" / "wf-a" / "secret.txt"
+
+    async def scenario() -> str:
+        await runs.call("file_ops", "wf-a", operation="write", path="secret.txt", content="s3")
+        assert secret.read_text() == "s3"
+        code = DISARM + (
+            "import os\n"
+            "print(sorted(os.listdir('/')), sorted(os.listdir('..')))\n"
+            f"for path in [{str(secret)!r}, '../wf-a/secret.txt', '/workspace/../wf-a']:\n"
+            "    try:\n"
+            "        print('READ', open(path).read())\n"
+            "    except OSError as exc:\n"
+            "        print('refused', exc.strerror)\n"
+        )
+        outcome = await runs.python(code, "wf-b")
+        return outcome.observation
+
+    observation = on_loop("uvloop", scenario())
+    assert "READ" not in observation and "s3" not in observation
+    assert observation.count("refused") == 3
+    assert "'wf-a'" not in observation and "'acme'" not in observation
+
+
+def test_tcp_to_a_loopback_listener_is_refused(sandbox: Sandbox, tmp_path: Path) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    code = DISARM + (
+        "import socket\n"
+        f"for family, address in [(socket.AF_INET, ('127.0.0.1', {port})), "
+        f"(socket.AF_INET6, ('::1', {port}))]:\n"
+        "    try:\n"
+        "        socket.socket(family).connect(address)\n"
+        "        print('CONNECTED')\n"
+        "    except OSError as exc:\n"
+        "        print('refused', exc.strerror)\n"
+    )
+    try:
+        result = on_loop("uvloop", Runs(sandbox, tmp_path / "ws").python(code))
+        assert result.ok, result.observation
+        assert "CONNECTED" not in result.observation
+        assert result.observation.count("Address family not supported") == 2
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nothing ever reached the listener
+    finally:
+        listener.close()
+
+
+def test_fork_bomb_is_bounded_and_the_host_carries_on(sandbox: Sandbox, tmp_path: Path) -> None:
+    runs = Runs(sandbox, tmp_path / "ws")
+    code = DISARM + (
+        "import os\n"
         "made = 0\n"
         "try:\n"
-        "    while True:\n"
+        "    while made < 10_000:\n"
         "        if os.fork() == 0:\n"
-        "            time.sleep(60)\n"
+        "            while True:\n"
+        "                os.fork()\n"
         "        made += 1\n"
         "except OSError as exc:\n"
-        "    print('refused after', made, exc.errno)\n"
+        "    print('refused after', made, exc.strerror)\n"
     )
-    result = await run(code, limits)
-    assert "refused after" in result.observation
-    made = int(result.observation.split("refused after ")[1].split()[0])
-    assert made < 8
-    # The sleeping children were killed with the group; none outlives the call.
-    remaining = sandbox_processes()
-    for _ in range(50):
-        if remaining == 0:
-            break
-        await asyncio.sleep(0.1)
-        remaining = sandbox_processes()
-    assert remaining == 0
+
+    async def scenario() -> tuple[str, str]:
+        bomb = await runs.python(code)
+        after = await runs.python("print('still here')")
+        return bomb.observation, after.observation
+
+    bomb, after = on_loop("uvloop", scenario())
+    assert "refused after 0 Operation not permitted" in bomb
+    assert after.strip() == "still here"
 
 
-async def test_writing_outside_the_temp_dir_is_refused() -> None:
-    target = Path(tempfile.gettempdir()) / f"shuttle-escape-{uuid.uuid4().hex}"
-    code = f"open({str(target)!r}, 'w').write('x')\n"
-    result = await run(code)
-    assert result.error and "writing outside the sandbox directory" in result.observation
-    assert not target.exists()
-    renamed = await run(f"open('a', 'w').write('x')\nimport os\nos.rename('a', {str(target)!r})")
-    assert renamed.error and "os.rename outside the sandbox" in renamed.observation
-    assert not target.exists()
+@pytest.mark.parametrize("loop", LOOPS)
+def test_sleeping_past_the_wall_timeout_kills_the_container(
+    loop: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    limits = SandboxLimits(cpu_seconds=5, wall_seconds=1, audit_guard=False)
+    runs = Runs(sandbox, tmp_path / "ws", limits)
+    result = on_loop(loop, runs.python("import time\nprint('zz', flush=True)\ntime.sleep(600)"))
+    assert result.error
+    assert "longer than 1 seconds (SHUTTLE_PYTHON_EXEC_TIMEOUT_SECONDS)" in result.observation
+    assert "zz" in result.observation
+    assert processes_mounting(tmp_path / "ws" / "acme" / "wf-a") == []
 
 
-async def test_writing_inside_the_temp_dir_works_and_is_removed() -> None:
-    result = await run("import os\nopen('out.txt', 'w').write('kept')\nprint(os.getcwd())")
-    assert result.ok
-    workdir = Path(result.observation.strip())
-    assert workdir.name.startswith("shuttle-pyexec-")
-    assert not await asyncio.to_thread(workdir.exists)
+def test_cpu_limit(sandbox: Sandbox, tmp_path: Path) -> None:
+    result = on_loop("uvloop", Runs(sandbox, tmp_path, BARE).python("while True:\n    pass"))
+    assert result.error
+    assert "more than 2 s of CPU time (SHUTTLE_PYTHON_EXEC_TIMEOUT_SECONDS)" in result.observation
 
 
-async def test_file_size_limit() -> None:
-    limits = SandboxLimits(file_bytes=10_000)
-    result = await run("f = open('big', 'wb')\nf.write(b'x' * 100_000)\nf.flush()", limits)
-    assert result.error and "larger than 10,000 bytes" in result.observation
+def test_allocating_past_the_memory_limit(sandbox: Sandbox, tmp_path: Path) -> None:
+    code = "blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2**20))"
+    result = on_loop("uvloop", Runs(sandbox, tmp_path, BARE).python(code))
+    assert result.error
+    assert "ran out of memory (limit 256 MiB, SHUTTLE_PYTHON_EXEC_MEMORY_MB)" in result.observation
 
 
-async def test_network_and_subprocess_are_refused() -> None:
-    for code in ("import socket", "import subprocess", "import ctypes"):
-        result = await run(code)
-        assert result.error and "is not allowed in the sandbox" in result.observation, code
+def test_writing_past_the_file_size_limit(sandbox: Sandbox, tmp_path: Path) -> None:
+    limits = SandboxLimits(file_bytes=10_000, audit_guard=False)
+    code = "f = open('big', 'wb')\nf.write(b'x' * 100_000)\nf.flush()"
+    result = on_loop("uvloop", Runs(sandbox, tmp_path / "ws", limits).python(code))
+    assert result.error and "larger than the limit of 10,000 bytes" in result.observation
+    assert (tmp_path / "ws" / "acme" / "wf-a" / "big").stat().st_size <= 10_000
 
 
-async def test_output_is_capped() -> None:
+def test_private_tmp_is_size_limited(sandbox: Sandbox, tmp_path: Path) -> None:
+    limits = SandboxLimits(tmp_bytes=1024 * 1024, file_bytes=50 * 2**20, audit_guard=False)
+    code = (
+        "try:\n"
+        "    open('/tmp/fill', 'wb').write(b'x' * 4 * 2**20)\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc.strerror)\n"
+    )
+    result = on_loop("uvloop", Runs(sandbox, tmp_path, limits).python(code))
+    assert "refused No space left on device" in result.observation
+
+
+def test_output_is_capped(sandbox: Sandbox, tmp_path: Path) -> None:
     limits = SandboxLimits(output_bytes=1000)
-    result = await run("print('y' * 100_000)", limits)
+    result = on_loop("uvloop", Runs(sandbox, tmp_path, limits).python("print('y' * 100_000)"))
     assert result.ok
     assert result.observation.split("\n")[0] == "y" * 1000
     assert "[output cut at 1,000 bytes]" in result.observation
+
+
+def test_the_audit_hook_still_refuses_when_left_alone(sandbox: Sandbox, tmp_path: Path) -> None:
+    runs = Runs(sandbox, tmp_path)
+    for code in ("import socket", "import subprocess", "import os\nos.fork()"):
+        result = on_loop("uvloop", runs.python(code))
+        assert result.error and "is not allowed in the sandbox" in result.observation, code
+
+
+def test_a_workspace_over_its_quota_is_named(sandbox: Sandbox, tmp_path: Path) -> None:
+    runs = Runs(sandbox, tmp_path)
+    code = "open('a', 'wb').write(b'x' * 6 * 2**20)"
+    result = on_loop("uvloop", runs.python(code))
+    assert result.error
+    assert "over its quota of 5,242,880 bytes (SHUTTLE_TOOL_WORKSPACE_QUOTA_BYTES)" in (
+        result.observation
+    )
+
+
+def test_calls_leave_no_descriptor_or_container_behind(sandbox: Sandbox, tmp_path: Path) -> None:
+    limits = SandboxLimits(cpu_seconds=5, wall_seconds=1, audit_guard=False)
+    runs = Runs(sandbox, tmp_path / "ws", limits)
+
+    async def scenario() -> tuple[int, int, list[str]]:
+        before = len(os.listdir("/proc/self/fd"))
+        codes = ["print(1)", "import time\ntime.sleep(60)", "raise SystemExit(3)", "print(2)"]
+        outcomes = await asyncio.gather(*(runs.python(code) for code in codes))
+        return before, len(os.listdir("/proc/self/fd")), [o.observation for o in outcomes]
+
+    before, after, observations = on_loop("uvloop", scenario())
+    assert observations[0].strip() == "1" and observations[3].strip() == "2"
+    assert "longer than 1 seconds" in observations[1]
+    assert "exit status 3" in observations[2]
+    assert after == before
+    assert processes_mounting(tmp_path / "ws" / "acme" / "wf-a") == []
+
+
+def test_the_syscall_filter_refuses_kernel_surfaces(sandbox: Sandbox, tmp_path: Path) -> None:
+    # Each call through libc with the audit hook left out: only the filter answers. The
+    # numbers are x86_64's and aarch64's, chosen by the machine the container runs on.
+    code = (
+        "import ctypes, os, platform\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "x86 = platform.machine() == 'x86_64'\n"
+        "calls = {'ptrace': (101, 117), 'mount': (165, 40), 'unshare': (272, 97),\n"
+        "         'setns': (308, 268), 'keyctl': (250, 219), 'bpf': (321, 280),\n"
+        "         'perf_event_open': (298, 241), 'io_uring_setup': (425, 425)}\n"
+        "for name, numbers in calls.items():\n"
+        "    number = numbers[0] if x86 else numbers[1]\n"
+        "    result = libc.syscall(number, 0, 0, 0, 0, 0)\n"
+        "    print(name, result, os.strerror(ctypes.get_errno()))\n"
+        "print('unshare(CLONE_NEWUSER)', libc.unshare(0x10000000), ctypes.get_errno())\n"
+    )
+    result = on_loop("uvloop", Runs(sandbox, tmp_path, BARE).python(code))
+    assert result.ok, result.observation
+    lines = result.observation.strip().splitlines()
+    assert len(lines) == 9
+    assert all(" -1 Operation not permitted" in line for line in lines[:8]), lines
+    assert lines[8] == "unshare(CLONE_NEWUSER) -1 1"
+
+
+def test_the_filter_names_an_unknown_architecture() -> None:
+    with pytest.raises(UnsupportedArchitecture, match=r"knows the syscall tables of x86_64"):
+        build_filter("sparc64")

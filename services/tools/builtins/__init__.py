@@ -9,7 +9,8 @@ from services.tools.builtins.datetime_tool import DateTimeTool
 from services.tools.builtins.file_ops import FileOps
 from services.tools.builtins.http import HttpRequest, SafeFetcher, WebFetch
 from services.tools.builtins.json_transform import JsonTransform
-from services.tools.builtins.python_exec import PythonExec, SandboxLimits
+from services.tools.builtins.python_exec import PythonExec
+from services.tools.builtins.sandbox import Sandbox, SandboxLimits
 from services.tools.builtins.text_utils import TextUtils
 from services.tools.catalog import Tool
 from services.tools.netguard import AddressPolicy
@@ -24,9 +25,9 @@ class BuiltinConfig:
     http_policy: AddressPolicy | None = None
     http_max_bytes: int = 2 * 1024 * 1024
     http_timeout_seconds: float = 20.0
-    python_exec: bool = False
+    # A prepared container (Sandbox.prepare) enables python_exec; it needs the workspaces.
+    python_sandbox: Sandbox | None = None
     python_limits: SandboxLimits = field(default_factory=SandboxLimits)
-    python_interpreter: str = ""
 
 
 def default_tools(config: BuiltinConfig | None = None) -> list[Tool]:
@@ -47,6 +48,6 @@ def default_tools(config: BuiltinConfig | None = None) -> list[Tool]:
             HttpRequest(fetcher, config.http_max_bytes),
             WebFetch(fetcher, config.http_max_bytes),
         ]
-    if config.python_exec:
-        tools.append(PythonExec(config.python_limits, config.python_interpreter))
+    if config.python_sandbox is not None and config.workspaces is not None:
+        tools.append(PythonExec(config.python_sandbox, config.workspaces, config.python_limits))
     return tools

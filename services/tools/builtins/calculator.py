@@ -188,10 +188,12 @@ def _check_power(base: Number, exponent: Number) -> None:
     if not (isinstance(base, int) and isinstance(exponent, int)) or exponent <= 0:
         return
     # (bits - 1) * exponent is a lower bound on the result's bit length.
-    if abs(base) > 1 and (abs(base).bit_length() - 1) * exponent > MAX_INT_BITS:
+    bits = (abs(base).bit_length() - 1) * exponent
+    if abs(base) > 1 and bits > MAX_INT_BITS:
         raise ToolError(
-            f"calculator: {_short(base)} ** {_short(exponent)} is too large to compute "
-            f"(integers are limited to about {int(MAX_INT_BITS * math.log10(2)):,} digits)"
+            f"calculator: {_short(base)} ** {_short(exponent)} is too large to compute: at "
+            f"least {_short(bits)} bits, over the limit of {MAX_INT_BITS:,} bits (about "
+            f"{int(MAX_INT_BITS * math.log10(2)):,} digits)"
         )
 
 

@@ -10,13 +10,20 @@ from typing import Any
 
 import httpx
 
+from services.tools.builtins.decompress import ACCEPTED, BoundedDecoder
 from services.tools.catalog import ToolError, ToolOutput, ToolSpec
 from services.tools.netguard import AddressPolicy
 
 MAX_REDIRECTS = 5
 _REDIRECTS = {301, 302, 303, 307, 308}
 # Headers the model may not set: they would defeat the pinning or smuggle credentials.
-_FORBIDDEN_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
+_FORBIDDEN_HEADERS = {
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "accept-encoding",  # only what BoundedDecoder undoes
+}
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,7 @@ class FetchResult:
     content_type: str
     body: bytes
     truncated: bool
+    encoding: str = ""  # the Content-Encoding undone, if any
 
     def text(self) -> str:
         charset = "utf-8"
@@ -92,7 +100,11 @@ class SafeFetcher:
         # Connect to the vetted address; Host and TLS SNI (hence certificate checks) keep the
         # name, so the server sees an ordinary request.
         pinned = url.copy_with(host=address)
-        request_headers = {**headers, "Host": url.netloc.decode("ascii")}
+        request_headers = {
+            **headers,
+            "Host": url.netloc.decode("ascii"),
+            "Accept-Encoding": ACCEPTED,
+        }
         extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
         request = client.build_request(
             method, pinned, headers=request_headers, content=body, extensions=extensions
@@ -106,11 +118,18 @@ class SafeFetcher:
         try:
             if response.status_code in _REDIRECTS and "location" in response.headers:
                 return response.headers["location"]
-            chunks, size, truncated = [], 0, False
-            async for chunk in response.aiter_bytes():
+            decoder = BoundedDecoder(response.headers.get("content-encoding", ""))
+            chunks: list[bytes] = []
+            size = received = 0
+            truncated = False
+            # Raw bytes read as they came, so decompression is bounded by the same limit.
+            async for raw in response.aiter_raw():
+                received += len(raw)
+                chunk = decoder.feed(raw, self._max_bytes + 1 - size)
                 chunks.append(chunk)
                 size += len(chunk)
-                if size > self._max_bytes:
+                # The second bound: compressed input that decodes to (almost) nothing.
+                if size > self._max_bytes or received > 2 * self._max_bytes:
                     truncated = True
                     break
             data = b"".join(chunks)[: self._max_bytes]
@@ -124,6 +143,7 @@ class SafeFetcher:
             content_type=response.headers.get("content-type", ""),
             body=data,
             truncated=truncated,
+            encoding=decoder.encoding,
         )
 
 
@@ -175,7 +195,10 @@ def html_to_text(html: str) -> str:
 
 
 def _note(result: FetchResult, limit: int) -> str:
-    return f"\n…[response cut at {limit:,} bytes]" if result.truncated else ""
+    if not result.truncated:
+        return ""
+    decoded = f"; it is {result.encoding}-encoded and decodes to more" if result.encoding else ""
+    return f"\n…[response cut at {limit:,} bytes (SHUTTLE_HTTP_MAX_RESPONSE_BYTES){decoded}]"
 
 
 class HttpRequest:
