@@ -154,5 +154,4 @@ def test_each_service_admits_exactly_its_callers(manifests: list[dict[str, Any]]
             for peer in grpc_rule["from"]
             if "podSelector" in peer
         }
-        # Envoy, the grpc-web hop, reaches every service as well.
-        assert admitted == callers | {"envoy"}, service
+        assert admitted == callers, service
