@@ -118,6 +118,10 @@ class Settings(BaseSettings):
 
     # The events service's log: hot tier size and age, SQL retention, stream fallback poll.
     events_hot_max_events: int = Field(10_000, ge=1)
+    # Bytes the hot tier holds, in total on each replica and per workflow (each Redis stream
+    # too): past either bound the oldest events go; durable ones are still read from SQL.
+    events_hot_max_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    events_hot_max_workflow_bytes: int = Field(32 * 1024 * 1024, ge=1)
     events_hot_ttl_seconds: float = Field(24 * 3600.0, gt=0)
     events_retention_days: float = Field(90.0, gt=0)
     events_purge_interval_seconds: float = Field(3600.0, gt=0)

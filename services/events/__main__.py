@@ -59,6 +59,8 @@ async def build(settings: Settings) -> GrpcService:
     else:
         hot = MemoryHotTier(
             max_events=settings.events_hot_max_events,
+            max_bytes=settings.events_hot_max_bytes,
+            max_workflow_bytes=settings.events_hot_max_workflow_bytes,
             ttl_seconds=settings.events_hot_ttl_seconds,
             seconds_per_reader=settings.events_fanout_seconds_per_reader,
         )
