@@ -49,6 +49,8 @@ async def build(settings: Settings) -> GrpcService:
             settings.redis_url,
             prefix=settings.redis_key_prefix,
             max_events=settings.events_hot_max_events,
+            max_bytes=settings.events_hot_max_bytes,
+            max_workflow_bytes=settings.events_hot_max_workflow_bytes,
             ttl_seconds=settings.events_hot_ttl_seconds,
             max_connections=settings.redis_max_connections,
             seconds_per_reader=settings.events_fanout_seconds_per_reader,
