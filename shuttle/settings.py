@@ -122,6 +122,9 @@ class Settings(BaseSettings):
     # too): past either bound the oldest events go; durable ones are still read from SQL.
     events_hot_max_bytes: int = Field(256 * 1024 * 1024, ge=1)
     events_hot_max_workflow_bytes: int = Field(32 * 1024 * 1024, ge=1)
+    # Bytes of events one List page carries (its first event whatever its size): under
+    # gRPC's 16 MiB message limit with room for one more 4 MiB event.
+    events_list_max_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024, le=12 * 1024 * 1024)
     events_hot_ttl_seconds: float = Field(24 * 3600.0, gt=0)
     events_retention_days: float = Field(90.0, gt=0)
     events_purge_interval_seconds: float = Field(3600.0, gt=0)

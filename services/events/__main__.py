@@ -67,7 +67,9 @@ async def build(settings: Settings) -> GrpcService:
             seconds_per_reader=settings.events_fanout_seconds_per_reader,
         )
         poll = None
-    event_log = EventLog(store, hot, poll_seconds=poll)
+    event_log = EventLog(
+        store, hot, poll_seconds=poll, list_max_bytes=settings.events_list_max_bytes
+    )
     leases = LeaseStore(engine, writes=store)
     servicer = EventServiceServicer(event_log, leases, records_spans=settings.exports_traces)
     retention = RetentionTask(

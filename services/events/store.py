@@ -25,6 +25,7 @@ from shuttle.utf8 import storable_text
 from .append_tx import Outcome, append_group, earlier_append, repeat_of, workflow_row
 from .errors import AlreadyExists, EventsError
 from .models import appends, events, tool_results, workflows
+from .pages import SizedPage, read_page
 from .records import (
     Appended,
     AppendRequest,
@@ -229,6 +230,32 @@ class SqlEventStore:
             tool_results.c.workflow_id == workflow_id, tool_results.c.seq.in_(sorted(seqs))
         )
         return await self.read(_full_results, query)
+
+    async def events_page(
+        self,
+        workflow_id: str,
+        tenant_id: str,
+        *,
+        from_seq: int = 1,
+        to_seq: int | None = None,
+        limit: int = 100,
+        max_bytes: int,
+        types: Collection[str] | None = None,
+        whole_results: bool = False,
+    ) -> SizedPage:
+        """Durable events as `list_events` finds them, stopped where their sizes pass
+        `max_bytes` (the first whatever its size): see ``pages.read_page``."""
+        return await self.read(
+            read_page,
+            workflow_id,
+            tenant_id,
+            from_seq=from_seq,
+            to_seq=to_seq,
+            limit=limit,
+            max_bytes=max_bytes,
+            types=types,
+            whole_results=whole_results,
+        )
 
     async def list_events(
         self,
