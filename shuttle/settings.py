@@ -136,6 +136,8 @@ class Settings(BaseSettings):
     # rounds at least this many seconds per reader apart, capped at 0.1 s; a change after a
     # quiet spell still wakes them at once. 0: wake on every change.
     events_fanout_seconds_per_reader: float = Field(DEFAULT_SECONDS_PER_WAITER, ge=0, le=0.01)
+    # Active (pending, running or paused) workflows a tenant may have at once; 0: no limit.
+    tenant_max_runs: int = Field(100, ge=0)
 
     # LLM: one OpenAI-compatible endpoint, or the offline demo model when unset.
     openai_base_url: str = Field(

@@ -41,7 +41,9 @@ async def build(settings: Settings) -> GrpcService:
     ephemeral = EPHEMERAL_TYPES
     if settings.events_durable_llm_prompt:
         ephemeral = ephemeral - {"LLM_PROMPT"}
-    store = SqlEventStore(engine, ephemeral_types=ephemeral)
+    store = SqlEventStore(
+        engine, ephemeral_types=ephemeral, tenant_max_runs=settings.tenant_max_runs
+    )
     cleanups: list[Cleanup] = []
     hot: HotTier
     if settings.redis_url:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy import Connection, Engine, Integer, Select, bindparam, delete, insert, select
+from sqlalchemy import Connection, Engine, Integer, Select, bindparam, delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -35,6 +35,7 @@ from .records import (
     WorkflowStatus,
 )
 from .rows import stored_event, workflow_record
+from .tenant_runs import insert_workflow
 
 Clock = Callable[[], datetime]
 _P = ParamSpec("_P")
@@ -62,10 +63,12 @@ class SqlEventStore:
         *,
         clock: Clock = utc_now,
         ephemeral_types: Collection[str] = EPHEMERAL_TYPES,
+        tenant_max_runs: int = 0,
     ) -> None:
         self._engine = engine
         self._clock = clock
         self._ephemeral = frozenset(ephemeral_types)
+        self._tenant_max_runs = tenant_max_runs
         # SQLite has one writer at a time. Queueing this process's appends here costs
         # nothing, while letting them collide makes SQLite's busy handler sleep in steps of
         # up to 100 ms (measured: a third of the throughput with 8 concurrent workflows).
@@ -87,7 +90,8 @@ class SqlEventStore:
         query: str = "",
         session_id: str = "",
     ) -> WorkflowRecord:
-        """Register a workflow with an empty log; AlreadyExists if the id is taken."""
+        """Register a workflow with an empty log; AlreadyExists if the id is taken,
+        ResourceExhausted if the tenant has as many active workflows as it may have."""
         now = self._clock()
         owner, query, session_id = map(storable_text, (owner, query, session_id))
         record = WorkflowRecord(
@@ -113,7 +117,7 @@ class SqlEventStore:
             "updated_at": now,
         }
         try:
-            await self.write(_insert_workflow, row)
+            await self.write(insert_workflow, row, self._tenant_max_runs)
         except IntegrityError:
             # Whichever tenant holds the id, saying so leaks nothing but "taken".
             raise AlreadyExists(f"workflow {workflow_id!r} already exists") from None
@@ -303,10 +307,6 @@ def _tenants_events(
 
 def _full_results(conn: Connection, query: Select[Any]) -> dict[int, str]:
     return {int(seq): str(result) for seq, result in conn.execute(query)}
-
-
-def _insert_workflow(conn: Connection, row: dict[str, Any]) -> None:
-    conn.execute(insert(workflows).values(**row))
 
 
 def _delete_workflows(
