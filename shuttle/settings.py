@@ -120,7 +120,9 @@ class Settings(BaseSettings):
     events_hot_max_events: int = Field(10_000, ge=1)
     # Bytes the hot tier holds, in total on each replica and per workflow (each Redis stream
     # too): past either bound the oldest events go; durable ones are still read from SQL.
-    events_hot_max_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    # The total leaves an events process of 512 MiB room for its encoder cache (64 MiB) and
+    # the requests in flight.
+    events_hot_max_bytes: int = Field(128 * 1024 * 1024, ge=1)
     events_hot_max_workflow_bytes: int = Field(32 * 1024 * 1024, ge=1)
     # Bytes of events one List page carries (its first event whatever its size): under
     # gRPC's 16 MiB message limit with room for one more 4 MiB event.

@@ -25,7 +25,7 @@ from .records import StoredEvent
 from .sizes import held_bytes
 
 DEFAULT_MAX_EVENTS = 10_000
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+DEFAULT_MAX_BYTES = 128 * 1024 * 1024
 DEFAULT_MAX_WORKFLOW_BYTES = 32 * 1024 * 1024
 DEFAULT_TTL_SECONDS = 24 * 3600.0
 # Eviction is a scan over all buffers; once a minute is plenty for a 24 h retention.
