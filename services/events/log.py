@@ -244,7 +244,7 @@ class EventLog:
             hot = [event for event in hot if event.seq <= durable.events[-1].seq]
         by_seq = {event.seq: event for event in durable.events}
         by_seq.update((event.seq, event) for event in hot)
-        merged = [by_seq[seq] for seq in sorted(by_seq)]
+        merged = [by_seq[seq] for seq in sorted(by_seq)][: limit + 1]
         if full_results:
             merged = await self._with_full_results(workflow_id, merged)
         page = _within(merged, limit, self._list_max_bytes)

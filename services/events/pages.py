@@ -9,7 +9,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Integer, Select, and_, bindparam, func, or_, select
+from sqlalchemy import BigInteger, Connection, Integer, Select, and_, bindparam, func, or_, select
 
 from .append_tx import workflow_row
 from .models import events, tool_results
@@ -116,7 +116,7 @@ def _page_query(bounded_above: bool, typed: bool, whole_results: bool) -> Select
         # Sizes are positive, so only the first row's running total equals its size.
         .where(
             or_(
-                running.c.running <= bindparam("b_max_bytes"),
+                running.c.running <= bindparam("b_max_bytes", type_=BigInteger),
                 running.c.running == running.c.size,
             )
         )
