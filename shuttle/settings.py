@@ -129,6 +129,15 @@ class Settings(BaseSettings):
 
     # The events service's log: hot tier size and age, SQL retention, stream fallback poll.
     events_hot_max_events: int = Field(10_000, ge=1)
+    # Bytes the hot tier holds, in total on each replica and per workflow (each Redis stream
+    # too): past either bound the oldest events go; durable ones are still read from SQL.
+    # The total leaves an events process of 512 MiB room for its encoder cache (64 MiB) and
+    # the requests in flight.
+    events_hot_max_bytes: int = Field(128 * 1024 * 1024, ge=1)
+    events_hot_max_workflow_bytes: int = Field(32 * 1024 * 1024, ge=1)
+    # Bytes of events one List page carries (its first event whatever its size): under
+    # gRPC's 16 MiB message limit with room for one more 4 MiB event.
+    events_list_max_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024, le=12 * 1024 * 1024)
     events_hot_ttl_seconds: float = Field(24 * 3600.0, gt=0)
     events_retention_days: float = Field(90.0, gt=0)
     events_purge_interval_seconds: float = Field(3600.0, gt=0)
@@ -140,6 +149,8 @@ class Settings(BaseSettings):
     # rounds at least this many seconds per reader apart, capped at 0.1 s; a change after a
     # quiet spell still wakes them at once. 0: wake on every change.
     events_fanout_seconds_per_reader: float = Field(DEFAULT_SECONDS_PER_WAITER, ge=0, le=0.01)
+    # Active (pending, running or paused) workflows a tenant may have at once; 0: no limit.
+    tenant_max_runs: int = Field(100, ge=0)
 
     # LLM: one OpenAI-compatible endpoint, or the offline demo model when unset.
     openai_base_url: str = Field(

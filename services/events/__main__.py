@@ -41,7 +41,9 @@ async def build(settings: Settings) -> GrpcService:
     ephemeral = EPHEMERAL_TYPES
     if settings.events_durable_llm_prompt:
         ephemeral = ephemeral - {"LLM_PROMPT"}
-    store = SqlEventStore(engine, ephemeral_types=ephemeral)
+    store = SqlEventStore(
+        engine, ephemeral_types=ephemeral, tenant_max_runs=settings.tenant_max_runs
+    )
     cleanups: list[Cleanup] = []
     hot: HotTier
     if settings.redis_url:
@@ -49,6 +51,8 @@ async def build(settings: Settings) -> GrpcService:
             settings.redis_url,
             prefix=settings.redis_key_prefix,
             max_events=settings.events_hot_max_events,
+            max_bytes=settings.events_hot_max_bytes,
+            max_workflow_bytes=settings.events_hot_max_workflow_bytes,
             ttl_seconds=settings.events_hot_ttl_seconds,
             max_connections=settings.redis_max_connections,
             seconds_per_reader=settings.events_fanout_seconds_per_reader,
@@ -59,11 +63,15 @@ async def build(settings: Settings) -> GrpcService:
     else:
         hot = MemoryHotTier(
             max_events=settings.events_hot_max_events,
+            max_bytes=settings.events_hot_max_bytes,
+            max_workflow_bytes=settings.events_hot_max_workflow_bytes,
             ttl_seconds=settings.events_hot_ttl_seconds,
             seconds_per_reader=settings.events_fanout_seconds_per_reader,
         )
         poll = None
-    event_log = EventLog(store, hot, poll_seconds=poll)
+    event_log = EventLog(
+        store, hot, poll_seconds=poll, list_max_bytes=settings.events_list_max_bytes
+    )
     leases = LeaseStore(engine, writes=store)
     servicer = EventServiceServicer(event_log, leases, records_spans=settings.exports_traces)
     retention = RetentionTask(

@@ -21,3 +21,7 @@ class FailedPrecondition(EventsError):
 
 class AlreadyExists(EventsError):
     """A workflow with this id already exists."""
+
+
+class ResourceExhausted(EventsError):
+    """A bound on what a tenant may hold at once is reached: wait for some of it to end."""

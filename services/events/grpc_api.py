@@ -23,7 +23,14 @@ from shuttle.v1 import events_pb2
 
 from .command_watches import CommandWatches, WatchItem
 from .concurrent_calls import answered_concurrently
-from .errors import AlreadyExists, EventsError, FailedPrecondition, InvalidArgument, NotFound
+from .errors import (
+    AlreadyExists,
+    EventsError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
 from .leases import LeaseStore
 from .log import EventLog
 from .messages import event_type_names, new_events, workflow_message
@@ -42,6 +49,7 @@ _CODES: dict[type[EventsError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 

@@ -3,12 +3,16 @@
 Subscribers are cursors over one shared per-workflow buffer rather than queues of their
 own: an appender only appends and notifies, so a slow subscriber neither blocks it nor
 loses events; one that falls behind the buffer's start reads the gap from SQL.
+
+Buffers are bounded by events and by bytes, per workflow and in total; past a bound the
+oldest events go (for the total, those of the workflows least recently appended to). An
+evicted durable event is still in SQL; an evicted ephemeral one is gone, as after the TTL.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -18,8 +22,11 @@ from typing import Protocol
 from shuttle.paced_signal import DEFAULT_SECONDS_PER_WAITER, PacedSignal
 
 from .records import StoredEvent
+from .sizes import held_bytes
 
 DEFAULT_MAX_EVENTS = 10_000
+DEFAULT_MAX_BYTES = 128 * 1024 * 1024
+DEFAULT_MAX_WORKFLOW_BYTES = 32 * 1024 * 1024
 DEFAULT_TTL_SECONDS = 24 * 3600.0
 # Eviction is a scan over all buffers; once a minute is plenty for a 24 h retention.
 SWEEP_INTERVAL_SECONDS = 60.0
@@ -29,9 +36,10 @@ SWEEP_INTERVAL_SECONDS = 60.0
 class HotWindow:
     """What the hot tier holds of one workflow at or after some seq.
 
-    ``first_seq`` is the oldest seq held (None: nothing held for this workflow); the tier
+    ``first_seq`` is the oldest seq held (None: nothing known of this workflow); the tier
     holds every seq from ``first_seq`` to its newest without a hole, so a reader whose
-    cursor is below ``first_seq`` must fetch ``[cursor, first_seq)`` from SQL.
+    cursor is below ``first_seq`` must fetch ``[cursor, first_seq)`` from SQL. When every
+    event has been evicted, ``first_seq`` is one past the newest seq published.
     """
 
     first_seq: int | None
@@ -83,14 +91,16 @@ class _Buffer:
     touched: float
     # Wakes the workflow's readers, paced by how many follow it (see shuttle.paced_signal).
     changed: PacedSignal
-
-    @property
-    def last_seq(self) -> int:
-        return self.events[-1].seq if self.events else 0
+    # The newest seq published, kept when eviction empties the buffer: waiters compare
+    # against it, and readers learn that everything up to it must come from SQL.
+    last_seq: int = 0
+    # What the held events count for (sizes.held_bytes).
+    bytes: int = 0
 
 
 class MemoryHotTier:
-    """The embedded hot tier: bounded in-process buffers, evicted after `ttl_seconds` idle.
+    """The embedded hot tier: in-process buffers bounded by events and bytes (see the module
+    docstring), evicted after `ttl_seconds` idle.
 
     Single event loop only; every method runs without awaiting between reading and
     changing a buffer, so no lock is needed beyond the signal used for wake-ups.
@@ -100,6 +110,8 @@ class MemoryHotTier:
         self,
         *,
         max_events: int = DEFAULT_MAX_EVENTS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_workflow_bytes: int = DEFAULT_MAX_WORKFLOW_BYTES,
         ttl_seconds: float = DEFAULT_TTL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         seconds_per_reader: float = DEFAULT_SECONDS_PER_WAITER,
@@ -107,24 +119,47 @@ class MemoryHotTier:
         if max_events < 1:
             raise ValueError("max_events must be at least 1")
         self._max_events = max_events
+        self._max_bytes = max_bytes
+        self._max_workflow_bytes = max_workflow_bytes
         self._ttl = ttl_seconds
         self._clock = clock
         self._seconds_per_reader = seconds_per_reader
         self._buffers: dict[str, _Buffer] = {}
+        # The buffers holding events, least recently appended to first: where the total
+        # bound evicts.
+        self._recent: OrderedDict[str, _Buffer] = OrderedDict()
+        self.bytes = 0
+        """What every held event counts for (sizes.held_bytes)."""
         self._last_sweep = clock()
 
     async def publish(self, workflow_id: str, events: Sequence[StoredEvent]) -> None:
         now = self._clock()
         buffer = self._buffer(workflow_id, now)
+        held = buffer.events
+        added = 0
         for event in events:
             last = buffer.last_seq
-            if buffer.events and event.seq <= last:
-                continue  # already held: a repeated publish
-            if buffer.events and event.seq != last + 1:
+            if event.seq <= last:
+                continue  # already published: a repeat
+            if held and event.seq != last + 1:
                 # Some batch never reached this tier. Drop the older run rather than hold a
                 # range with a hole in it: readers then take the missing seqs from SQL.
-                buffer.events.clear()
-            buffer.events.append(event)  # the deque's maxlen drops the oldest
+                self._drop_all(buffer)
+                added = 0
+            held.append(event)
+            added += held_bytes(event)
+            buffer.last_seq = event.seq
+        buffer.bytes += added
+        self.bytes += added
+        if len(held) > self._max_events or buffer.bytes > self._max_workflow_bytes:
+            self._trim(buffer)
+        if held:
+            self._recent[workflow_id] = buffer
+            self._recent.move_to_end(workflow_id)
+        else:
+            self._recent.pop(workflow_id, None)
+        if self.bytes > self._max_bytes:
+            self._evict_least_recent()
         buffer.touched = now
         buffer.changed.notify()
         if now - self._last_sweep >= SWEEP_INTERVAL_SECONDS:
@@ -138,8 +173,10 @@ class MemoryHotTier:
         types: Collection[str] | None = None,
     ) -> HotWindow:
         buffer = self._buffers.get(workflow_id)
-        if buffer is None or not buffer.events:
+        if buffer is None or not buffer.last_seq:
             return HotWindow(first_seq=None, events=[])
+        if not buffer.events:
+            return HotWindow(first_seq=buffer.last_seq + 1, events=[])
         first_seq = buffer.events[0].seq
         selected: list[StoredEvent] = []
         if limit > 0:
@@ -181,6 +218,7 @@ class MemoryHotTier:
     async def forget(self, workflow_id: str) -> None:
         buffer = self._buffers.pop(workflow_id, None)
         if buffer is not None:
+            self._release(workflow_id, buffer)
             buffer.changed.wake_now()  # waiters re-check and find the workflow gone
 
     def sweep(self) -> int:
@@ -194,7 +232,7 @@ class MemoryHotTier:
             and now - buffer.touched >= self._ttl
         ]
         for workflow_id in idle:
-            del self._buffers[workflow_id]
+            self._release(workflow_id, self._buffers.pop(workflow_id))
         return len(idle)
 
     def last_seq(self, workflow_id: str) -> int:
@@ -207,13 +245,52 @@ class MemoryHotTier:
         buffer = self._buffers.get(workflow_id)
         return len(buffer.events) if buffer else 0
 
+    def held_bytes(self, workflow_id: str) -> int:
+        """What the events held for a workflow count for (sizes.held_bytes)."""
+        buffer = self._buffers.get(workflow_id)
+        return buffer.bytes if buffer else 0
+
+    def _trim(self, buffer: _Buffer) -> None:
+        """Evict the buffer's oldest events until it is within its own bounds."""
+        held = buffer.events
+        dropped = 0
+        while held and (
+            len(held) > self._max_events or buffer.bytes - dropped > self._max_workflow_bytes
+        ):
+            dropped += held_bytes(held.popleft())
+        buffer.bytes -= dropped
+        self.bytes -= dropped
+
+    def _evict_least_recent(self) -> None:
+        """Evict the oldest events of the workflows least recently appended to until the
+        total is within its bound."""
+        while self.bytes > self._max_bytes and self._recent:
+            workflow_id, buffer = next(iter(self._recent.items()))
+            held = buffer.events
+            dropped = 0
+            while held and self.bytes - dropped > self._max_bytes:
+                dropped += held_bytes(held.popleft())
+            buffer.bytes -= dropped
+            self.bytes -= dropped
+            if not held:
+                del self._recent[workflow_id]
+
+    def _drop_all(self, buffer: _Buffer) -> None:
+        self.bytes -= buffer.bytes
+        buffer.bytes = 0
+        buffer.events.clear()
+
+    def _release(self, workflow_id: str, buffer: _Buffer) -> None:
+        """Stop counting a buffer that is going away."""
+        self.bytes -= buffer.bytes
+        buffer.bytes = 0
+        self._recent.pop(workflow_id, None)
+
     def _buffer(self, workflow_id: str, now: float) -> _Buffer:
         buffer = self._buffers.get(workflow_id)
         if buffer is None:
             buffer = _Buffer(
-                events=deque(maxlen=self._max_events),
-                touched=now,
-                changed=PacedSignal(self._seconds_per_reader),
+                events=deque(), touched=now, changed=PacedSignal(self._seconds_per_reader)
             )
             self._buffers[workflow_id] = buffer
         return buffer

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -11,6 +13,11 @@ from shuttle.envelope import TERMINAL_TYPES
 from shuttle.utf8 import json_text, storable_text
 
 from .records import NewEvent, WorkflowStatus
+
+log = logging.getLogger(__name__)
+
+# The row's count columns are 64-bit signed integers.
+MAX_COUNT = 2**63 - 1
 
 # Lifecycle events whose type alone decides the status.
 _STATUS_BY_TYPE: Mapping[str, WorkflowStatus] = {
@@ -93,7 +100,7 @@ def close_after_terminal(batch: Sequence[NewEvent]) -> tuple[list[NewEvent], int
 def derive_update(batch: Sequence[NewEvent]) -> RowUpdate:
     """Fold a batch's lifecycle events, in order, into the row update they imply."""
     update = RowUpdate()
-    for event in batch:
+    for index, event in enumerate(batch):
         if event.type == "STREAM_END":
             update = replace(update, stream_ended=True)
             continue
@@ -111,19 +118,30 @@ def derive_update(batch: Sequence[NewEvent]) -> RowUpdate:
             if "result" in payload and update.status == WorkflowStatus.COMPLETED:
                 update = replace(update, result=_text(payload["result"]))
         if update.status is not None and update.status.is_terminal:
-            update = _with_usage(update, payload)
+            update = _with_usage(update, payload, index)
     return update
 
 
-def _with_usage(update: RowUpdate, payload: Mapping[str, Any]) -> RowUpdate:
-    """Take the totals a terminal event reports; absent or malformed values are ignored."""
+def _with_usage(update: RowUpdate, payload: Mapping[str, Any], index: int) -> RowUpdate:
+    """Take the totals a terminal event reports; absent or malformed values are ignored.
+
+    Only terminal events' numbers reach the row, and refusing one for an absurd number
+    would lose how its run ended: a count above the column's range is stored as
+    `MAX_COUNT`, a negative or non-finite number is left out, and the event itself is kept
+    as sent. Each is logged with the field, the event's index and the bound."""
     return replace(
         update,
-        duration_ms=_count(payload.get("duration_ms"), update.duration_ms),
-        total_tokens=_count(payload.get("total_tokens"), update.total_tokens),
-        input_tokens=_count(payload.get("input_tokens"), update.input_tokens),
-        output_tokens=_count(payload.get("output_tokens"), update.output_tokens),
-        cost_usd=_amount(payload.get("total_cost_usd"), update.cost_usd),
+        duration_ms=_count("duration_ms", payload.get("duration_ms"), index, update.duration_ms),
+        total_tokens=_count(
+            "total_tokens", payload.get("total_tokens"), index, update.total_tokens
+        ),
+        input_tokens=_count(
+            "input_tokens", payload.get("input_tokens"), index, update.input_tokens
+        ),
+        output_tokens=_count(
+            "output_tokens", payload.get("output_tokens"), index, update.output_tokens
+        ),
+        cost_usd=_amount("total_cost_usd", payload.get("total_cost_usd"), index, update.cost_usd),
     )
 
 
@@ -132,16 +150,47 @@ def _text(value: Any) -> str:
     return storable_text(value) if isinstance(value, str) else json_text(value)
 
 
-def _count(value: Any, default: int | None) -> int | None:
+def _count(field: str, value: object, index: int, default: int | None) -> int | None:
     # bool is an int subclass; `true` is not a token count.
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, float) and value >= 0 and value.is_integer():
-        return int(value)
-    return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        if not math.isfinite(value):
+            _out_of_range(field, value, index, "a finite number", "left out")
+        return default
+    if value < 0:
+        _out_of_range(field, value, index, "at least 0", "left out")
+        return default
+    if value > MAX_COUNT:
+        _out_of_range(field, value, index, f"at most {MAX_COUNT}", f"stored as {MAX_COUNT}")
+        return MAX_COUNT
+    return int(value)
 
 
-def _amount(value: Any, default: float | None) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    return default
+def _amount(field: str, value: object, index: int, default: float | None) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    try:
+        amount = float(value)
+    except OverflowError:  # an int beyond any float
+        amount = math.inf
+    if not math.isfinite(amount) or amount < 0:
+        _out_of_range(field, value, index, "a finite number of at least 0", "left out")
+        return default
+    return amount
+
+
+def _out_of_range(field: str, value: int | float, index: int, bound: str, done: str) -> None:
+    # A huge int is named by its size: printing it costs time (or fails past 4300 digits).
+    if isinstance(value, int) and value.bit_length() > 128:
+        shown = f"(a {value.bit_length()}-bit integer)"
+    else:
+        shown = repr(value)
+    log.warning(
+        "event %d: %s %s is out of range (%s); %s on the workflow's row",
+        index,
+        field,
+        shown,
+        bound,
+        done,
+    )

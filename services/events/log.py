@@ -14,8 +14,10 @@ from .errors import InvalidArgument
 from .group_commit import GroupCommitter
 from .hot import HotTier
 from .lifecycle import close_after_terminal
+from .pages import SizedPage
 from .payloads import shape_batch, with_full_result
 from .records import Appended, AppendRequest, EventPage, NewEvent, StoredEvent, WorkflowRecord
+from .sizes import wire_bytes
 from .store import SqlEventStore
 from .validation import (
     check_batch,
@@ -32,8 +34,12 @@ log = logging.getLogger(__name__)
 MAX_DELETE_IDS = 1000
 # Group commits in flight at once on databases with concurrent writers (PostgreSQL).
 WRITER_LANES = 16
-# Events fetched per SQL or hot-tier read while replaying a stream.
+# Events fetched per SQL or hot-tier read while replaying a stream, and the most bytes one
+# SQL read loads (its first event whatever its size).
 REPLAY_PAGE = 500
+REPLAY_PAGE_BYTES = 4 * 1024 * 1024
+# The most bytes of events one List page carries (its first event whatever its size).
+DEFAULT_LIST_MAX_BYTES = 8 * 1024 * 1024
 
 
 class EventLog:
@@ -55,12 +61,16 @@ class EventLog:
         hot: HotTier,
         *,
         replay_page: int = REPLAY_PAGE,
+        replay_page_bytes: int = REPLAY_PAGE_BYTES,
         poll_seconds: float | None = None,
+        list_max_bytes: int = DEFAULT_LIST_MAX_BYTES,
     ):
         self._store = store
         self._hot = hot
         self._replay_page = replay_page
+        self._replay_page_bytes = replay_page_bytes
         self._poll = poll_seconds
+        self._list_max_bytes = list_max_bytes
         # A database taking concurrent writers commits several groups at once, each
         # workflow always in the same lane, so its batches still commit and publish in order.
         lanes = 1 if store.single_writer else WRITER_LANES
@@ -167,14 +177,9 @@ class EventLog:
                     if stale_polls < 2:
                         continue
                     stale_polls = 0
-                    batch = await self._store.list_events(
-                        workflow_id,
-                        tenant_id,
-                        from_seq=cursor,
-                        to_seq=last_seq,
-                        limit=self._replay_page,
-                    )
-                    full_page = len(batch) == self._replay_page
+                    page = await self._durable(workflow_id, tenant_id, cursor, last_seq)
+                    batch = page.events
+                    full_page = page.cut or len(batch) == self._replay_page
                     cursor_after = batch[-1].seq + 1 if full_page else last_seq + 1
                 cursor = cursor_after
                 selected, ended = _wanted(batch, wanted)
@@ -213,24 +218,38 @@ class EventLog:
     ) -> EventPage:
         """One page of history: durable events from SQL merged with whatever the hot tier
         holds (ephemeral ones included), so history inside the hot window is complete.
-        With `full_results`, cut TOOL_OBSERVATION results come back whole."""
+        With `full_results`, cut TOOL_OBSERVATION results come back whole.
+
+        A page stops at `limit` events or where its events' sizes (``sizes.wire_bytes``)
+        would pass `list_max_bytes`, whichever comes first; its first event comes whatever
+        its size. ``next_seq`` then says where the next page starts."""
         _check_target(workflow_id, tenant_id)
         limit = check_limit(limit)
         wanted = check_types(types)
         start = max(from_seq, 1)
         # One more than the page from each source tells whether another page follows.
-        durable = await self._store.list_events(
-            workflow_id, tenant_id, from_seq=start, limit=limit + 1, types=wanted
+        durable = await self._store.events_page(
+            workflow_id,
+            tenant_id,
+            from_seq=start,
+            limit=limit + 1,
+            max_bytes=self._list_max_bytes,
+            types=wanted,
+            whole_results=full_results,
         )
-        hot = await self._hot.read(workflow_id, start, limit + 1, wanted)
-        by_seq = {event.seq: event for event in durable}
-        by_seq.update((event.seq, event) for event in hot.events)
-        merged = [by_seq[seq] for seq in sorted(by_seq)]
-        page = merged[:limit]
-        next_seq = page[-1].seq + 1 if len(merged) > limit else 0
+        hot = (await self._hot.read(workflow_id, start, limit + 1, wanted)).events
+        if durable.cut:
+            # SQL holds durable events past the last one read: a hot event beyond it would
+            # skip them.
+            hot = [event for event in hot if event.seq <= durable.events[-1].seq]
+        by_seq = {event.seq: event for event in durable.events}
+        by_seq.update((event.seq, event) for event in hot)
+        merged = [by_seq[seq] for seq in sorted(by_seq)][: limit + 1]
         if full_results:
-            page = await self._with_full_results(workflow_id, page)
-        return EventPage(events=page, next_seq=next_seq)
+            merged = await self._with_full_results(workflow_id, merged)
+        page = _within(merged, limit, self._list_max_bytes)
+        more = len(page) < len(merged) or durable.cut
+        return EventPage(events=page, next_seq=page[-1].seq + 1 if more else 0)
 
     async def _with_full_results(
         self, workflow_id: str, page: list[StoredEvent]
@@ -290,9 +309,8 @@ class EventLog:
         # The hot tier lacks [cursor, first_seq) (trimmed, evicted, or a restarted service):
         # SQL has the durable events of that range; its ephemeral ones are gone.
         upper = None if window.first_seq is None else window.first_seq - 1
-        durable = await self._store.list_events(
-            workflow_id, tenant_id, from_seq=cursor, to_seq=upper, limit=self._replay_page
-        )
+        page = await self._durable(workflow_id, tenant_id, cursor, upper)
+        durable = page.events
         if durable:
             SUBSCRIBER_CATCHUPS.inc()
         if upper is None:
@@ -303,9 +321,22 @@ class EventLog:
                 durable = [event for event in durable if event.seq < first_hot]
             # Nothing at all yet: the caller waits for the next publish.
             return durable, durable[-1].seq + 1 if durable else cursor
-        if len(durable) == self._replay_page:
+        if page.cut or len(durable) == self._replay_page:
             return durable, durable[-1].seq + 1
         return durable, upper + 1  # the whole gap is read: go on from the hot tier
+
+    async def _durable(
+        self, workflow_id: str, tenant_id: str, cursor: int, upper: int | None
+    ) -> SizedPage:
+        """One replay page of durable events from SQL, within its count and byte bounds."""
+        return await self._store.events_page(
+            workflow_id,
+            tenant_id,
+            from_seq=cursor,
+            to_seq=upper,
+            limit=self._replay_page,
+            max_bytes=self._replay_page_bytes,
+        )
 
 
 def _wanted(
@@ -320,6 +351,17 @@ def _wanted(
     if wanted is not None:
         batch = [e for e in batch if e.type in wanted or e.type == "STREAM_END"]
     return batch, ended
+
+
+def _within(events: list[StoredEvent], limit: int, max_bytes: int) -> list[StoredEvent]:
+    """The leading events of `events` up to `limit` of them and `max_bytes` of their sizes;
+    the first whatever its size."""
+    total = 0
+    for index, event in enumerate(events):
+        total += wire_bytes(event)
+        if index == limit or (index and total > max_bytes):
+            return events[:index]
+    return events
 
 
 def _check_target(workflow_id: str, tenant_id: str) -> None:

@@ -51,6 +51,8 @@ workflows = Table(
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
     Index("ix_workflows_tenant_session", "tenant_id", "session_id"),
+    # A new workflow counts its tenant's active ones (see tenant_runs.py).
+    Index("ix_workflows_tenant_status", "tenant_id", "status"),
     # Retention purges by age of last activity.
     Index("ix_workflows_updated_at", "updated_at"),
     # The lease sweep looks for lapsed leases; ended workflows have none (see leases.py).

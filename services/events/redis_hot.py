@@ -1,13 +1,14 @@
 """Redis hot tier: one Redis stream per workflow, shared by every replica.
 
-Each committed event is added with the explicit id ``<seq>-0`` (``MAXLEN ~``, the key
-expiring 24 h after its last write), so a stream id is a resume token and Redis refuses a
-repeated seq by itself. Every replica also keeps a ``MemoryHotTier`` as a local cache and
-fan-out point: its own appends go there at once, and while anyone on this replica waits on
-workflows one pump (``redis_pump``) blocks on one ``XREAD`` over all of them and copies other
-replicas' events into it. So a thousand subscribers, of one workflow or of a thousand, cost
-one Redis connection. Commands share a bounded pool: a burst beyond it waits for a
-connection instead of failing.
+Each committed event is added with the explicit id ``<seq>-0`` (the key expiring 24 h after
+its last write), so a stream id is a resume token and Redis refuses a repeated seq by itself.
+A stream is bounded by events and by bytes: beside it a list holds the running byte count
+at each entry, so trimming the oldest entries needs no read of them. Every replica also
+keeps a ``MemoryHotTier`` as a local cache and fan-out point: its own appends go there at
+once, and while anyone on this replica waits on workflows one pump (``redis_pump``) blocks
+on one ``XREAD`` over all of them and copies other replicas' events into it. So a thousand
+subscribers, of one workflow or of a thousand, cost one Redis connection. Commands share a
+bounded pool: a burst beyond it waits for a connection instead of failing.
 
 Redis is never the source of truth. When it is unreachable, publishes are skipped (SQL
 already holds the durable events) and reads report nothing held, so readers use SQL; the
@@ -30,7 +31,14 @@ from redis.exceptions import RedisError
 from shuttle.paced_signal import DEFAULT_SECONDS_PER_WAITER
 from shuttle.utf8 import json_bytes
 
-from .hot import DEFAULT_MAX_EVENTS, DEFAULT_TTL_SECONDS, HotWindow, MemoryHotTier
+from .hot import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_EVENTS,
+    DEFAULT_MAX_WORKFLOW_BYTES,
+    DEFAULT_TTL_SECONDS,
+    HotWindow,
+    MemoryHotTier,
+)
 from .records import StoredEvent
 from .redis_pump import BLOCK_MS, StreamPump
 
@@ -49,16 +57,53 @@ COMMAND_TIMEOUT_SECONDS = 2.0
 # refused alone), with one reply: the errors. A pipeline of one XADD per event had the client
 # pack every command and parse every reply in Python, a third of the events service's GIL
 # time when appending to PostgreSQL + Redis (py-spy --gil).
-# KEYS[1]: the stream; ARGV: MAXLEN, TTL in seconds, then an entry id and its "e" per event.
+# The counts list holds the bytes added before the oldest entry, then the running total
+# through each entry: what the stream holds is its last element minus its first, and
+# dropping the oldest entry is one LPOP. A stream without it (written before it was kept,
+# or one of the two keys lost alone) is counted afresh.
+# KEYS[1]: the stream, KEYS[2]: its counts; ARGV: the most events, the TTL in seconds, the
+# most bytes, then an entry id and its "e" per event.
 _ADD_EVENTS = """
-local refused = {}
-for i = 3, #ARGV, 2 do
-  local added = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], ARGV[i], 'e', ARGV[i + 1])
-  if type(added) == 'table' and added.err then
-    refused[#refused + 1] = added.err
+local stream, counts = KEYS[1], KEYS[2]
+local max_events, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[3])
+local length = redis.call('XLEN', stream)
+if redis.call('LLEN', counts) ~= length + 1 then
+  redis.call('DEL', counts)
+  redis.call('RPUSH', counts, 0)
+  local counted, start = 0, '-'
+  while true do
+    local entries = redis.call('XRANGE', stream, start, '+', 'COUNT', 100)
+    for _, entry in ipairs(entries) do
+      counted = counted + string.len(entry[2][2])
+      redis.call('RPUSH', counts, string.format('%.0f', counted))
+    end
+    if #entries < 100 then break end
+    start = '(' .. entries[#entries][1]
   end
 end
-redis.call('EXPIRE', KEYS[1], ARGV[2])
+local total = tonumber(redis.call('LINDEX', counts, -1))
+local refused = {}
+for i = 4, #ARGV, 2 do
+  local added = redis.pcall('XADD', stream, ARGV[i], 'e', ARGV[i + 1])
+  if type(added) == 'table' and added.err then
+    refused[#refused + 1] = added.err
+  else
+    total = total + string.len(ARGV[i + 1])
+    redis.call('RPUSH', counts, string.format('%.0f', total))
+    length = length + 1
+  end
+end
+local kept = length
+while kept > 0 and (kept > max_events
+    or total - tonumber(redis.call('LINDEX', counts, 0)) > max_bytes) do
+  redis.call('LPOP', counts)
+  kept = kept - 1
+end
+if kept < length then
+  redis.call('XTRIM', stream, 'MAXLEN', kept)
+end
+redis.call('EXPIRE', stream, ARGV[2])
+redis.call('EXPIRE', counts, ARGV[2])
 return refused
 """
 
@@ -72,6 +117,8 @@ class RedisHotTier:
         *,
         prefix: str = "shuttle:",
         max_events: int = DEFAULT_MAX_EVENTS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_workflow_bytes: int = DEFAULT_MAX_WORKFLOW_BYTES,
         ttl_seconds: float = DEFAULT_TTL_SECONDS,
         retry_seconds: float = RETRY_SECONDS,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
@@ -104,12 +151,17 @@ class RedisHotTier:
         self._add_events = self._redis.register_script(_ADD_EVENTS)
         self._prefix = prefix
         self._max_events = max_events
+        self._max_workflow_bytes = max_workflow_bytes
         self._ttl = max(int(ttl_seconds), 1)
         self._retry = retry_seconds
         self._clock = clock
         self._down_until = 0.0
+        # Redis holds the streams (each bounded by `max_workflow_bytes`, the total by Redis's
+        # own maxmemory); this replica's cache is bounded like the in-process tier.
         self._local = MemoryHotTier(
             max_events=max_events,
+            max_bytes=max_bytes,
+            max_workflow_bytes=max_workflow_bytes,
             ttl_seconds=ttl_seconds,
             seconds_per_reader=seconds_per_reader,
         )
@@ -128,6 +180,10 @@ class RedisHotTier:
         # The braces are a Redis Cluster hash tag: one workflow's key stays on one shard.
         return f"{self._prefix}events:{{{workflow_id}}}"
 
+    def counts_key(self, workflow_id: str) -> str:
+        """The list of running byte counts beside the workflow's stream (same hash tag)."""
+        return f"{self.key(workflow_id)}:bytes"
+
     @property
     def available(self) -> bool:
         return self._clock() >= self._down_until
@@ -136,11 +192,12 @@ class RedisHotTier:
         await self._local.publish(workflow_id, events)
         if not events or not self.available:
             return
-        args: list[str | int | bytes] = [self._max_events, self._ttl]
+        args: list[str | int | bytes] = [self._max_events, self._ttl, self._max_workflow_bytes]
         for event in events:
             args += (f"{event.seq}-0", encode(event))
+        keys = [self.key(workflow_id), self.counts_key(workflow_id)]
         try:
-            refused = await self._add_events(keys=[self.key(workflow_id)], args=args)
+            refused = await self._add_events(keys=keys, args=args)
         except (RedisError, OSError) as exc:
             self._mark_down("publish", exc)
             return
@@ -179,6 +236,11 @@ class RedisHotTier:
         return HotWindow(first_seq=held[0].seq, events=selected[:limit] if limit > 0 else [])
 
     @property
+    def cached_bytes(self) -> int:
+        """What this replica's own cache holds (sizes.held_bytes)."""
+        return self._local.bytes
+
+    @property
     def following(self) -> int:
         """How many workflows the pump reads for this replica's waiters."""
         return self._pump.following
@@ -199,7 +261,7 @@ class RedisHotTier:
     async def forget(self, workflow_id: str) -> None:
         await self._local.forget(workflow_id)
         try:
-            await self._redis.delete(self.key(workflow_id))
+            await self._redis.delete(self.key(workflow_id), self.counts_key(workflow_id))
         except (RedisError, OSError) as exc:
             # The key still expires with the hot tier's TTL.
             self._mark_down("forget", exc)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy import Connection, Engine, Integer, Select, bindparam, delete, insert, select
+from sqlalchemy import Connection, Engine, Integer, Select, bindparam, delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -25,6 +25,7 @@ from shuttle.utf8 import storable_text
 from .append_tx import Outcome, append_group, earlier_append, repeat_of, workflow_row
 from .errors import AlreadyExists, EventsError
 from .models import appends, events, tool_results, workflows
+from .pages import SizedPage, read_page
 from .records import (
     Appended,
     AppendRequest,
@@ -34,6 +35,7 @@ from .records import (
     WorkflowStatus,
 )
 from .rows import stored_event, workflow_record
+from .tenant_runs import insert_workflow
 
 Clock = Callable[[], datetime]
 _P = ParamSpec("_P")
@@ -61,10 +63,12 @@ class SqlEventStore:
         *,
         clock: Clock = utc_now,
         ephemeral_types: Collection[str] = EPHEMERAL_TYPES,
+        tenant_max_runs: int = 0,
     ) -> None:
         self._engine = engine
         self._clock = clock
         self._ephemeral = frozenset(ephemeral_types)
+        self._tenant_max_runs = tenant_max_runs
         # SQLite has one writer at a time. Queueing this process's appends here costs
         # nothing, while letting them collide makes SQLite's busy handler sleep in steps of
         # up to 100 ms (measured: a third of the throughput with 8 concurrent workflows).
@@ -86,7 +90,8 @@ class SqlEventStore:
         query: str = "",
         session_id: str = "",
     ) -> WorkflowRecord:
-        """Register a workflow with an empty log; AlreadyExists if the id is taken."""
+        """Register a workflow with an empty log; AlreadyExists if the id is taken,
+        ResourceExhausted if the tenant has as many active workflows as it may have."""
         now = self._clock()
         owner, query, session_id = map(storable_text, (owner, query, session_id))
         record = WorkflowRecord(
@@ -112,7 +117,7 @@ class SqlEventStore:
             "updated_at": now,
         }
         try:
-            await self.write(_insert_workflow, row)
+            await self.write(insert_workflow, row, self._tenant_max_runs)
         except IntegrityError:
             # Whichever tenant holds the id, saying so leaks nothing but "taken".
             raise AlreadyExists(f"workflow {workflow_id!r} already exists") from None
@@ -230,6 +235,32 @@ class SqlEventStore:
         )
         return await self.read(_full_results, query)
 
+    async def events_page(
+        self,
+        workflow_id: str,
+        tenant_id: str,
+        *,
+        from_seq: int = 1,
+        to_seq: int | None = None,
+        limit: int = 100,
+        max_bytes: int,
+        types: Collection[str] | None = None,
+        whole_results: bool = False,
+    ) -> SizedPage:
+        """Durable events as `list_events` finds them, stopped where their sizes pass
+        `max_bytes` (the first whatever its size): see ``pages.read_page``."""
+        return await self.read(
+            read_page,
+            workflow_id,
+            tenant_id,
+            from_seq=from_seq,
+            to_seq=to_seq,
+            limit=limit,
+            max_bytes=max_bytes,
+            types=types,
+            whole_results=whole_results,
+        )
+
     async def list_events(
         self,
         workflow_id: str,
@@ -276,10 +307,6 @@ def _tenants_events(
 
 def _full_results(conn: Connection, query: Select[Any]) -> dict[int, str]:
     return {int(seq): str(result) for seq, result in conn.execute(query)}
-
-
-def _insert_workflow(conn: Connection, row: dict[str, Any]) -> None:
-    conn.execute(insert(workflows).values(**row))
 
 
 def _delete_workflows(

@@ -149,7 +149,9 @@ class EventsClient:
         types: Collection[str] = (),
         full_results: bool = False,
     ) -> events_pb2.ListResponse:
-        """One page of the log's durable history from `from_seq`; `next_seq` is 0 at its end."""
+        """One page of the log's history from `from_seq`: at most `limit` events, fewer when
+        their bytes reach the service's page bound; `next_seq` is where the next page
+        starts, 0 at the log's end."""
         return await self._stub.List(
             events_pb2.ListRequest(
                 workflow_id=workflow_id,

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,9 +20,11 @@ STREAM_BATCHES = "/shuttle.v1.EventService/StreamBatches"
 
 
 class EventsProcess:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, variables: Mapping[str, str] | None = None) -> None:
+        """`variables` are added to (or override) the process's SHUTTLE_* settings."""
         self.port, self.metrics_port = free_ports(2)
         self._data_dir = data_dir
+        self._variables = dict(variables or {})
         self._process: subprocess.Popen[bytes] | None = None
         self._starts = 0
 
@@ -40,6 +43,7 @@ class EventsProcess:
             "SHUTTLE_REDIS_URL": "",
             "SHUTTLE_LOG_FORMAT": "text",
             "OTEL_TRACES_EXPORTER": "none",
+            **self._variables,
         }
         log = (self._data_dir / f"events-{self._starts}.log").open("wb")
         self._process = subprocess.Popen(
@@ -51,6 +55,11 @@ class EventsProcess:
         log.close()
         wait_until_serving(self._process, self.port, 30)
         return self
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None, "the process is not running"
+        return self._process.pid
 
     def kill(self) -> None:
         """SIGKILL: nothing is flushed or closed."""
