@@ -6,6 +6,7 @@ import asyncio
 
 import grpc
 
+from shuttle.grpc_auth import NO_CREDENTIAL, ChannelAuth
 from shuttle.grpc_tracing import client_interceptors
 
 CHANNEL_OPTIONS = [
@@ -15,11 +16,33 @@ CHANNEL_OPTIONS = [
 ]
 
 
-def open_channel(target: str) -> grpc.aio.Channel:
-    """A channel whose calls carry the caller's trace context to the service."""
-    return grpc.aio.insecure_channel(
-        target, options=CHANNEL_OPTIONS, interceptors=client_interceptors()
+def open_channel(
+    target: str, auth: ChannelAuth = NO_CREDENTIAL, *, traced: bool = True
+) -> grpc.aio.Channel:
+    """A channel whose calls carry `auth` (over TLS when it has certificates) and, unless
+    `traced` is False, the caller's trace context to the service. A channel to anything but
+    Shuttle's own services (a tool provider) keeps the default: no credential of ours."""
+    interceptors = [*(client_interceptors() if traced else ()), *auth.aio_interceptors()]
+    credentials = auth.channel_credentials()
+    if credentials is None:
+        return grpc.aio.insecure_channel(
+            target, options=CHANNEL_OPTIONS, interceptors=interceptors or None
+        )
+    return grpc.aio.secure_channel(
+        target, credentials, options=CHANNEL_OPTIONS, interceptors=interceptors or None
     )
+
+
+def open_blocking_channel(target: str, auth: ChannelAuth = NO_CREDENTIAL) -> grpc.Channel:
+    """The same for code without an event loop (start-up probes, scripts)."""
+    credentials = auth.channel_credentials()
+    channel = (
+        grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        if credentials is None
+        else grpc.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
+    )
+    interceptor = auth.blocking_interceptor()
+    return channel if interceptor is None else grpc.intercept_channel(channel, interceptor)
 
 
 # The caller's tenant, set by the gateway (and passed on by every service that calls another
