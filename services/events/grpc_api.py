@@ -17,6 +17,7 @@ from opentelemetry.propagate import extract
 from opentelemetry.trace import Span, SpanKind
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
+from shuttle.grpc_auth import caller_role
 from shuttle.grpc_client import TENANT_METADATA_KEY, status_code
 from shuttle.metrics import APPEND_STREAMS, COMMAND_FEEDS, GRPC_SECONDS
 from shuttle.v1 import events_pb2
@@ -27,6 +28,7 @@ from .errors import AlreadyExists, EventsError, FailedPrecondition, InvalidArgum
 from .leases import LeaseStore
 from .log import EventLog
 from .messages import event_type_names, new_events, workflow_message
+from .roles import PermissionDenied, check_append
 from .wire import SERVICE_NAME, EventEncoder, event_message
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,7 @@ _CODES: dict[type[EventsError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
 }
 
 
@@ -95,7 +98,8 @@ class EventServiceServicer:
         tenant = await _tenant(context, request.tenant_id)
         try:
             batch = new_events(request.events)
-        except InvalidArgument as exc:
+            check_append("Append", caller_role.get(), batch)
+        except EventsError as exc:
             await _abort(context, exc)
         seqs = await _call(
             context,
@@ -115,6 +119,7 @@ class EventServiceServicer:
         context: grpc.aio.ServicerContext[events_pb2.AppendCall, events_pb2.AppendAnswer],
     ) -> AsyncIterator[events_pb2.AppendAnswer]:
         caller = await _tenant(context, "")
+        role = caller_role.get()
 
         async def answer(call: events_pb2.AppendCall) -> events_pb2.AppendAnswer:
             started = time.perf_counter()
@@ -130,10 +135,12 @@ class EventServiceServicer:
             try:
                 tenant = _agreed_tenant(caller, request.tenant_id)
                 with _batch_trace(call, self._records_spans):
+                    batch = new_events(request.events)
+                    check_append("AppendStream", role, batch)
                     seqs = await self._log.append(
                         request.workflow_id,
                         tenant,
-                        new_events(request.events),
+                        batch,
                         producer_id=request.producer_id,
                         batch_seq=request.batch_seq,
                     )
