@@ -1,5 +1,5 @@
-"""Who may call Shuttle's gRPC services: the credential each call carries, the role it
-proves, and the interceptors that present and check it.
+"""Who may call Shuttle's gRPC services: the credential each call carries (grpc_client's
+channels add it), the role it proves, and the check every server makes of it.
 
 A component presents ``<role>.<hex HMAC-SHA256(token, role)>``, so its role is bound to the
 credential and no header can claim another; the raw token is the operator's credential,
@@ -102,7 +102,7 @@ def _read(variable: str, path: Path | None) -> bytes:
 @dataclass(frozen=True)
 class ChannelAuth:
     """What one process presents on its channels to Shuttle's services; built once from
-    Settings and handed to every `open_channel`."""
+    Settings and handed to every `open_channel`, whose interceptors add it to each call."""
 
     authorization: str = ""
     """The whole `authorization` value ("Bearer …"); empty: none is sent."""
@@ -124,99 +124,8 @@ class ChannelAuth:
             return None
         return grpc.ssl_channel_credentials(self.tls.ca, self.tls.key, self.tls.cert)
 
-    def aio_interceptors(self) -> list[Any]:
-        if not self.authorization:
-            return []
-        pair = ((AUTHORIZATION, self.authorization),)
-        return [kind(pair) for kind in _AIO_BEARERS]
-
-    def blocking_interceptor(self) -> grpc.UnaryUnaryClientInterceptor | None:
-        return _BlockingBearer(self.authorization) if self.authorization else None
-
 
 NO_CREDENTIAL = ChannelAuth()
-
-
-class _AioBearer:
-    """Adds the credential to a call's metadata; one subclass per call kind, since an aio
-    channel files each interceptor under the first kind it is an instance of."""
-
-    def __init__(self, pair: tuple[tuple[str, str], ...]) -> None:
-        self._pair = pair
-
-    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        metadata = grpc.aio.Metadata(*tuple(details.metadata or ()), *self._pair)
-        return grpc.aio.ClientCallDetails(
-            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
-        )
-
-
-class _UnaryUnaryBearer(_AioBearer, grpc.aio.UnaryUnaryClientInterceptor):
-    async def intercept_unary_unary(
-        self, continuation: Callable[..., Any], details: grpc.aio.ClientCallDetails, request: Any
-    ) -> Any:
-        return await continuation(self._details(details), request)
-
-
-class _UnaryStreamBearer(_AioBearer, grpc.aio.UnaryStreamClientInterceptor):
-    async def intercept_unary_stream(
-        self, continuation: Callable[..., Any], details: grpc.aio.ClientCallDetails, request: Any
-    ) -> Any:
-        return await continuation(self._details(details), request)
-
-
-class _StreamUnaryBearer(_AioBearer, grpc.aio.StreamUnaryClientInterceptor):
-    async def intercept_stream_unary(
-        self, continuation: Callable[..., Any], details: grpc.aio.ClientCallDetails, requests: Any
-    ) -> Any:
-        return await continuation(self._details(details), requests)
-
-
-class _StreamStreamBearer(_AioBearer, grpc.aio.StreamStreamClientInterceptor):
-    async def intercept_stream_stream(
-        self, continuation: Callable[..., Any], details: grpc.aio.ClientCallDetails, requests: Any
-    ) -> Any:
-        return await continuation(self._details(details), requests)
-
-
-_AIO_BEARERS = (_UnaryUnaryBearer, _UnaryStreamBearer, _StreamUnaryBearer, _StreamStreamBearer)
-
-
-class _BlockingDetails(grpc.ClientCallDetails):
-    def __init__(self, details: grpc.ClientCallDetails, metadata: tuple[Any, ...]) -> None:
-        self.method = details.method
-        self.timeout = details.timeout
-        self.metadata = metadata
-        self.credentials = details.credentials
-        self.wait_for_ready = getattr(details, "wait_for_ready", None)
-        self.compression = getattr(details, "compression", None)
-
-
-class _BlockingBearer(
-    grpc.UnaryUnaryClientInterceptor,
-    grpc.UnaryStreamClientInterceptor,
-    grpc.StreamUnaryClientInterceptor,
-    grpc.StreamStreamClientInterceptor,
-):
-    """The same for a blocking channel (probes, scripts), whose interceptors may be all four."""
-
-    def __init__(self, authorization: str) -> None:
-        self._pair = (AUTHORIZATION, authorization)
-
-    def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        return _BlockingDetails(details, (*tuple(details.metadata or ()), self._pair))
-
-    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        return continuation(self._details(details), request)
-
-    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
-        return continuation(self._details(details), request)
-
-    def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
-        return continuation(self._details(details), requests)
-
-    def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
-        return continuation(self._details(details), requests)
 
 
 @dataclass(frozen=True)
