@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def banner(settings: Settings, log_dir: str) -> str:
+def banner(settings: Settings, log_dir: str, token_file: str) -> str:
     gateway = f"http://{settings.gateway_host}:{settings.gateway_port}"
     rows = "\n".join(
         f"  {p.name:<9} {p.host}:{p.port}"
@@ -49,6 +49,7 @@ Shuttle is running.
   storage   {storage}; hot tier in-process
   model     {model}
   logs      {log_dir}/<service>.log
+  gRPC key  {token_file} (grpcurl -H "authorization: Bearer $(cat {token_file})" …)
   console   {gateway}/   (auth {settings.auth.value}; CLI: shuttle run "What is 12*7?")
 
 Try it:
@@ -82,7 +83,7 @@ def up(settings: Settings) -> int:
     except LaunchError as exc:
         print(f"shuttle: could not start:\n{exc}", file=sys.stderr)
         return 1
-    print(banner(settings, str(log_dir)), flush=True)
+    print(banner(settings, str(log_dir), str(supervisor.token_file)), flush=True)
     try:
         while not stopping:
             crashed = supervisor.crashed()

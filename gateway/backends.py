@@ -8,6 +8,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from shuttle.events_client import EventsClient
+from shuttle.grpc_auth import GATEWAY, ChannelAuth
 from shuttle.grpc_client import open_channel, tenant_metadata
 from shuttle.settings import Settings
 from shuttle.v1 import executor_pb2_grpc, tools_pb2_grpc
@@ -25,7 +26,10 @@ class Backends:
 
     @classmethod
     def connect(cls, settings: Settings) -> Backends:
-        channels = {name: open_channel(settings.grpc_target(name)) for name in BACKEND_NAMES}
+        presented = ChannelAuth.for_component(settings, GATEWAY)
+        channels = {
+            name: open_channel(settings.grpc_target(name), presented) for name in BACKEND_NAMES
+        }
         return cls(
             executor=executor_pb2_grpc.ExecutorServiceStub(channels["executor"]),
             events=EventsClient(channels["events"], retry_seconds=settings.events_retry_seconds),

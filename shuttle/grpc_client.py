@@ -1,11 +1,14 @@
-"""Client channels to other Shuttle services."""
+"""Client channels to other Shuttle services, carrying the caller's credential on every call."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import namedtuple
+from typing import Any
 
 import grpc
 
+from shuttle.grpc_auth import AUTHORIZATION, NO_CREDENTIAL, ChannelAuth
 from shuttle.grpc_tracing import client_interceptors
 
 CHANNEL_OPTIONS = [
@@ -15,11 +18,127 @@ CHANNEL_OPTIONS = [
 ]
 
 
-def open_channel(target: str) -> grpc.aio.Channel:
-    """A channel whose calls carry the caller's trace context to the service."""
-    return grpc.aio.insecure_channel(
-        target, options=CHANNEL_OPTIONS, interceptors=client_interceptors()
+def open_channel(
+    target: str, auth: ChannelAuth = NO_CREDENTIAL, *, traced: bool = True
+) -> grpc.aio.Channel:
+    """A channel whose calls carry `auth` (over TLS when it has certificates) and, unless
+    `traced` is False, the caller's trace context to the service. A channel to anything but
+    Shuttle's own services (a tool provider) keeps the default: no credential of ours."""
+    interceptors = [*(client_interceptors() if traced else ()), *_bearers(auth)]
+    credentials = auth.channel_credentials()
+    if credentials is None:
+        return grpc.aio.insecure_channel(
+            target, options=CHANNEL_OPTIONS, interceptors=interceptors or None
+        )
+    return grpc.aio.secure_channel(
+        target, credentials, options=CHANNEL_OPTIONS, interceptors=interceptors or None
     )
+
+
+def open_blocking_channel(target: str, auth: ChannelAuth = NO_CREDENTIAL) -> grpc.Channel:
+    """The same for code without an event loop (start-up probes, scripts)."""
+    credentials = auth.channel_credentials()
+    channel = (
+        grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        if credentials is None
+        else grpc.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
+    )
+    if not auth.authorization:
+        return channel
+    return grpc.intercept_channel(channel, _BlockingBearer(auth.authorization))
+
+
+def _bearers(auth: ChannelAuth) -> list[Any]:
+    if not auth.authorization:
+        return []
+    pair = ((AUTHORIZATION, auth.authorization),)
+    return [kind(pair) for kind in _AIO_BEARERS]
+
+
+class _AioBearer:
+    """Adds the credential to a call's metadata; one subclass per call kind, since an aio
+    channel files each interceptor under the first kind it is an instance of."""
+
+    def __init__(self, pair: tuple[tuple[str, str], ...]) -> None:
+        self._pair = pair
+
+    async def _intercept(self, continuation: Any, details: Any, request: Any) -> Any:
+        metadata = grpc.aio.Metadata(*tuple(details.metadata or ()), *self._pair)
+        details = grpc.aio.ClientCallDetails(
+            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
+        )
+        return await continuation(details, request)
+
+
+class _UnaryUnaryBearer(_AioBearer, grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await self._intercept(continuation, details, request)
+
+
+class _UnaryStreamBearer(_AioBearer, grpc.aio.UnaryStreamClientInterceptor):
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await self._intercept(continuation, details, request)
+
+
+class _StreamUnaryBearer(_AioBearer, grpc.aio.StreamUnaryClientInterceptor):
+    async def intercept_stream_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await self._intercept(continuation, details, request)
+
+
+class _StreamStreamBearer(_AioBearer, grpc.aio.StreamStreamClientInterceptor):
+    async def intercept_stream_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await self._intercept(continuation, details, request)
+
+
+_AIO_BEARERS = (_UnaryUnaryBearer, _UnaryStreamBearer, _StreamUnaryBearer, _StreamStreamBearer)
+
+
+class _BlockingDetails(
+    namedtuple(  # grpc's own way to give a call new metadata
+        "_BlockingDetails",
+        ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression"),
+    ),
+    grpc.ClientCallDetails,
+):
+    pass
+
+
+class _BlockingBearer(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """The same for a blocking channel (probes, scripts), whose interceptors may be all four."""
+
+    def __init__(self, authorization: str) -> None:
+        self._pair = (AUTHORIZATION, authorization)
+
+    def _intercept(self, continuation: Any, details: Any, request: Any) -> Any:
+        metadata = (*tuple(details.metadata or ()), self._pair)
+        return continuation(
+            _BlockingDetails(
+                details.method,
+                details.timeout,
+                metadata,
+                details.credentials,
+                getattr(details, "wait_for_ready", None),
+                getattr(details, "compression", None),
+            ),
+            request,
+        )
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return self._intercept(continuation, details, request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return self._intercept(continuation, details, request)
+
+    def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return self._intercept(continuation, details, requests)
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return self._intercept(continuation, details, requests)
 
 
 # The caller's tenant, set by the gateway (and passed on by every service that calls another

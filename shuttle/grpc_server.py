@@ -14,6 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from shuttle.grpc_auth import NO_SERVER_AUTH, MethodRoles, ServerAuth
 from shuttle.grpc_tracing import server_interceptors
 from shuttle.metrics import MetricsInterceptor
 
@@ -53,20 +54,32 @@ class PortInUseError(RuntimeError):
 
 @dataclass
 class GrpcService:
-    """One gRPC server hosting some shuttle.v1 services plus health and reflection."""
+    """One gRPC server hosting some shuttle.v1 services plus health and reflection; with
+    `auth` enabled every call but Health's must present a credential, and a role `roles`
+    allows for its method (reflection: any role)."""
 
     name: str
     service_names: Sequence[str]
     register: Registrar
     on_stop: Sequence[Cleanup] = field(default_factory=tuple)
+    auth: ServerAuth = NO_SERVER_AUTH
+    roles: MethodRoles = field(default_factory=dict)
     port: int = 0
     _server: grpc.aio.Server | None = None
     _health: health_aio.HealthServicer | None = None
 
     async def start(self, host: str, port: int, port_variable: str = "") -> int:
-        server = grpc.aio.server(
-            options=SERVER_OPTIONS, interceptors=[*server_interceptors(), MetricsInterceptor()]
-        )
+        """Serve on host:port; SettingsError when `host` is beyond loopback and no credential
+        is required of callers."""
+        self.auth.check_bind(host, port)
+        interceptors: list[grpc.aio.ServerInterceptor] = [
+            *server_interceptors(),
+            MetricsInterceptor(),
+        ]
+        check = self.auth.interceptor(self.roles)
+        if check is not None:
+            interceptors.append(check)  # innermost: see grpc_auth._CallerCheck
+        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
         self.register(server)
         health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -78,8 +91,12 @@ class GrpcService:
             ],
             server,
         )
+        credentials = self.auth.server_credentials()
         try:
-            self.port = server.add_insecure_port(f"{host}:{port}")
+            if credentials is None:
+                self.port = server.add_insecure_port(f"{host}:{port}")
+            else:
+                self.port = server.add_secure_port(f"{host}:{port}", credentials)
         except RuntimeError as exc:
             hint = f"; set {port_variable} to another port" if port_variable else ""
             raise PortInUseError(

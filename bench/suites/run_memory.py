@@ -27,7 +27,6 @@ from bench.support.react_sides import run_request
 from bench.support.results import add_common_arguments, save, sized
 from bench.support.sse_clients import wait_until
 from bench.support.stack import STACK_ENV, running_stack
-from shuttle.grpc_client import open_channel
 from shuttle.v1 import executor_pb2_grpc
 from tests.support.scripted_openai import ScriptedOpenAI
 
@@ -76,7 +75,7 @@ async def main(args: argparse.Namespace) -> None:
     try:
         with running_stack(STACK_ENV, model.base_url) as stack:
             pids = {name: process.pid for name, process in stack.supervisor.processes.items()}
-            channel = open_channel(f"127.0.0.1:{stack.grpc_ports['executor']}")
+            channel = stack.channel("executor")
             executor = executor_pb2_grpc.ExecutorServiceStub(channel)
             query = run_request(2)
             try:

@@ -39,7 +39,7 @@ from bench.support.sse_clients import (
 from bench.support.stack import STACK_ENV, running_stack
 from bench.support.stamps import stamp
 from shuttle.envelope import type_value
-from shuttle.grpc_client import open_channel, tenant_metadata
+from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 
 TENANT = "default"  # the gateway's tenant with authentication off
@@ -148,7 +148,7 @@ async def main(args: argparse.Namespace) -> None:
     throughput: list[dict[str, Any]] = []
     latency: list[dict[str, Any]] = []
     with running_stack(STACK_ENV) as stack:
-        channel = open_channel(f"127.0.0.1:{stack.grpc_ports['events']}")
+        channel = stack.channel("events")
         stub = events_pb2_grpc.EventServiceStub(channel)
         producer = Producer(stub, unary=args.unary)
         fanout = Fanout(stub, stack.gateway, producer)

@@ -32,8 +32,8 @@ from bench.support.sse_clients import (
 )
 from bench.support.stack import STACK_ENV, running_stack
 from bench.support.stamps import stamp
-from shuttle.grpc_client import open_channel
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
+from tests.support.stack import Stack
 
 from .sse_fanout import METADATA, PROGRESS, TENANT, Fanout
 
@@ -54,13 +54,14 @@ async def idle_cpu(pids: dict[str, int]) -> dict[str, float]:
     return meter.shares()
 
 
-async def grpc_streams_alone(port: int, workflow_id: str, count: int) -> float:
+async def grpc_streams_alone(stack: Stack, workflow_id: str, count: int) -> float:
     """Bytes per idle EventService.Stream call in a bare grpc.aio client process."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bench.peers.grpc_stream_holder",
-        *("--target", f"127.0.0.1:{port}", "--workflow", workflow_id),
+        *("--target", stack.target("events"), "--workflow", workflow_id),
+        *("--token-file", str(stack.supervisor.token_file)),
         *("--tenant", TENANT, "--count", str(count)),
         stdout=asyncio.subprocess.PIPE,
     )
@@ -111,7 +112,7 @@ async def main(args: argparse.Namespace) -> None:
     with running_stack(STACK_ENV) as stack:
         processes = stack.supervisor.processes
         pids = {"gateway": processes["gateway"].pid, "events": processes["events"].pid}
-        channel = open_channel(f"127.0.0.1:{stack.grpc_ports['events']}")
+        channel = stack.channel("events")
         stub = events_pb2_grpc.EventServiceStub(channel)
         producer = Producer(stub)
         fanout = Fanout(stub, stack.gateway, producer)
@@ -136,7 +137,7 @@ async def main(args: argparse.Namespace) -> None:
             opening_s = time.perf_counter() - opened_at
             cpu = await idle_cpu(pids)
             settled = footprint(pids)
-            bare_grpc = await grpc_streams_alone(stack.grpc_ports["events"], workflow_id, total)
+            bare_grpc = await grpc_streams_alone(stack, workflow_id, total)
             started = time.perf_counter()
             draft = common_pb2.EventDraft(type=PROGRESS, payload_json=stamp())
             await fanout.append(workflow_id, [draft])

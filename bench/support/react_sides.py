@@ -13,7 +13,6 @@ from bench.peers.loops import LLM_TIMEOUT_SECONDS, langgraph_runner, model_clien
 from bench.support.model_server import ModelProcess
 from shuttle.envelope import type_name
 from shuttle.events_client.follow import follow
-from shuttle.grpc_client import open_channel
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import common_pb2, events_pb2_grpc, executor_pb2, executor_pb2_grpc
 from tests.support.stack import Stack
@@ -93,8 +92,8 @@ def _check_ended(last_type: str) -> None:
 
 
 def open_sides(model: ModelProcess, stack: Stack, with_langgraph: bool = True) -> Sides:
-    executor = open_channel(f"127.0.0.1:{stack.grpc_ports['executor']}")
-    events = open_channel(f"127.0.0.1:{stack.grpc_ports['events']}")
+    executor = stack.channel("executor")
+    events = stack.channel("events")
     return Sides(
         stack=stack,
         channels=(executor, events),

@@ -9,6 +9,7 @@ import grpc
 
 from shuttle.db import create_engine, sqlite_path
 from shuttle.envelope import EPHEMERAL_TYPES
+from shuttle.grpc_auth import ServerAuth
 from shuttle.grpc_server import Cleanup, GrpcService
 from shuttle.process import main
 from shuttle.settings import Settings
@@ -21,6 +22,7 @@ from .log import EventLog
 from .migrate import migrate
 from .redis_hot import RedisHotTier
 from .retention import RetentionTask
+from .roles import CALLER_ROLES
 from .store import SqlEventStore
 from .sweeper import LeaseSweeper
 from .wire import SERVICE_NAME
@@ -32,6 +34,7 @@ async def build(settings: Settings) -> GrpcService:
     """Open the database (creating a SQLite file's directory), migrate it, wire the EventLog
     with the Redis hot tier (or the in-process one), start the retention and lease-sweeping
     tasks, and return the unstarted server."""
+    auth = ServerAuth.from_settings(settings)
     url = settings.sqlalchemy_url
     database_file = sqlite_path(url)
     if database_file is not None:
@@ -89,6 +92,8 @@ async def build(settings: Settings) -> GrpcService:
         service_names=[SERVICE_NAME],
         register=register,
         on_stop=[sweeper.stop, retention.stop, *cleanups, store.close, engine.dispose],
+        auth=auth,
+        roles=CALLER_ROLES,
     )
 
 

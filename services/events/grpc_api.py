@@ -6,51 +6,38 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from contextlib import AbstractContextManager
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import grpc
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.propagate import extract
 from opentelemetry.trace import Span, SpanKind
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
+from shuttle.grpc_auth import caller_role
 from shuttle.grpc_client import TENANT_METADATA_KEY, status_code
 from shuttle.metrics import APPEND_STREAMS, COMMAND_FEEDS, GRPC_SECONDS
 from shuttle.v1 import events_pb2
 
 from .command_watches import CommandWatches, WatchItem
 from .concurrent_calls import answered_concurrently
-from .errors import (
-    AlreadyExists,
-    EventsError,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    ResourceExhausted,
-)
+from .errors import EventsError, InvalidArgument
+from .grpc_status import abort_with, answered, status_of
 from .leases import LeaseStore
 from .log import EventLog
 from .messages import event_type_names, new_events, workflow_message
+from .roles import check_append
 from .wire import SERVICE_NAME, EventEncoder, event_message
 
 log = logging.getLogger(__name__)
 
 
-_T = TypeVar("_T")
 ServicerContext = grpc.aio.ServicerContext[Any, Any]
 _TRACER = trace.get_tracer(__name__)
 _APPEND_STREAM_METHOD = f"/{SERVICE_NAME}/AppendStream"
-
-_CODES: dict[type[EventsError], grpc.StatusCode] = {
-    NotFound: grpc.StatusCode.NOT_FOUND,
-    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
-    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
-    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
-    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
-}
 
 
 class EventServiceServicer:
@@ -74,7 +61,7 @@ class EventServiceServicer:
         request: events_pb2.CreateWorkflowRequest,
         context: grpc.aio.ServicerContext[events_pb2.CreateWorkflowRequest, events_pb2.Workflow],
     ) -> events_pb2.Workflow:
-        record = await _call(
+        record = await answered(
             context,
             self._log.create_workflow(
                 tenant_id=await _tenant(context, request.tenant_id),
@@ -92,7 +79,7 @@ class EventServiceServicer:
         context: grpc.aio.ServicerContext[events_pb2.GetWorkflowRequest, events_pb2.Workflow],
     ) -> events_pb2.Workflow:
         tenant = await _tenant(context, request.tenant_id)
-        record = await _call(context, self._log.get_workflow(request.workflow_id, tenant))
+        record = await answered(context, self._log.get_workflow(request.workflow_id, tenant))
         return workflow_message(record)
 
     async def Append(
@@ -103,9 +90,10 @@ class EventServiceServicer:
         tenant = await _tenant(context, request.tenant_id)
         try:
             batch = new_events(request.events)
-        except InvalidArgument as exc:
-            await _abort(context, exc)
-        seqs = await _call(
+            check_append("Append", caller_role.get(), batch)
+        except EventsError as exc:
+            await abort_with(context, exc)
+        seqs = await answered(
             context,
             self._log.append(
                 request.workflow_id,
@@ -123,6 +111,7 @@ class EventServiceServicer:
         context: grpc.aio.ServicerContext[events_pb2.AppendCall, events_pb2.AppendAnswer],
     ) -> AsyncIterator[events_pb2.AppendAnswer]:
         caller = await _tenant(context, "")
+        role = caller_role.get()
 
         async def answer(call: events_pb2.AppendCall) -> events_pb2.AppendAnswer:
             started = time.perf_counter()
@@ -138,15 +127,17 @@ class EventServiceServicer:
             try:
                 tenant = _agreed_tenant(caller, request.tenant_id)
                 with _batch_trace(call, self._records_spans):
+                    batch = new_events(request.events)
+                    check_append("AppendStream", role, batch)
                     seqs = await self._log.append(
                         request.workflow_id,
                         tenant,
-                        new_events(request.events),
+                        batch,
                         producer_id=request.producer_id,
                         batch_seq=request.batch_seq,
                     )
             except Exception as exc:
-                code, details = _status(exc, "append")
+                code, details = status_of(exc, "append")
                 error = events_pb2.AppendError(code=code.value[0], message=details)
                 return events_pb2.AppendAnswer(id=call.id, error=error)
             return events_pb2.AppendAnswer(id=call.id, seqs=seqs)
@@ -174,7 +165,7 @@ class EventServiceServicer:
             async for event in events:
                 yield self.encoder.event_bytes(event)
         except (EventsError, SQLAlchemyError, OSError) as exc:
-            await _abort(context, exc)
+            await abort_with(context, exc)
 
     async def StreamBatches(
         self,
@@ -193,7 +184,7 @@ class EventServiceServicer:
                 for message in self.encoder.batch_bytes(batch):
                     yield message
         except (EventsError, SQLAlchemyError, OSError) as exc:
-            await _abort(context, exc)
+            await abort_with(context, exc)
 
     async def List(
         self,
@@ -201,7 +192,7 @@ class EventServiceServicer:
         context: grpc.aio.ServicerContext[events_pb2.ListRequest, events_pb2.ListResponse],
     ) -> events_pb2.ListResponse:
         tenant = await _tenant(context, request.tenant_id)
-        page = await _call(
+        page = await answered(
             context,
             self._log.list_events(
                 request.workflow_id,
@@ -224,7 +215,7 @@ class EventServiceServicer:
         ],
     ) -> events_pb2.DeleteWorkflowsResponse:
         tenant = await _tenant(context, request.tenant_id)
-        deleted, removed = await _call(
+        deleted, removed = await answered(
             context, self._log.delete_workflows(tenant, list(request.workflow_ids))
         )
         return events_pb2.DeleteWorkflowsResponse(deleted=deleted, events_deleted=removed)
@@ -235,7 +226,7 @@ class EventServiceServicer:
         context: grpc.aio.ServicerContext[events_pb2.RenewLeaseRequest, events_pb2.Workflow],
     ) -> events_pb2.Workflow:
         tenant = await _tenant(context, request.tenant_id)
-        record = await _call(
+        record = await answered(
             context,
             self._leases.renew(request.workflow_id, tenant, request.owner, request.ttl_ms),
         )
@@ -294,20 +285,10 @@ def _feed_messages(item: WatchItem, encoder: EventEncoder) -> Iterator[events_pb
         ended=item.ended,
     )
     if item.error is not None:
-        code, details = _status(item.error, "command watch")
+        code, details = status_of(item.error, "command watch")
         last.error.code = code.value[0]
         last.error.message = details
     yield last
-
-
-def _status(exc: Exception, what: str) -> tuple[grpc.StatusCode, str]:
-    """The status an error stands for, as `_abort` would end a call with it."""
-    if isinstance(exc, EventsError):
-        return _CODES.get(type(exc), grpc.StatusCode.INTERNAL), str(exc)
-    log.error("%s failed", what, exc_info=exc)
-    if storage_unavailable(exc):
-        return grpc.StatusCode.UNAVAILABLE, "event storage is unavailable; retry"
-    return grpc.StatusCode.INTERNAL, "event storage failed; see the events log"
 
 
 async def _tenant(context: ServicerContext, field_value: str) -> str:
@@ -362,37 +343,3 @@ def _producer_span(traceparent: str) -> Span:
     """A run's batches mostly carry the same traceparent; the propagator's parse looks its
     regex up by the compiled pattern's hash on every call."""
     return trace.get_current_span(extract({"traceparent": traceparent}))
-
-
-async def _call(context: ServicerContext, operation: Awaitable[_T]) -> _T:
-    try:
-        return await operation
-    except (EventsError, SQLAlchemyError, OSError) as exc:
-        await _abort(context, exc)
-
-
-# SQLSTATE classes of a database that is down or on its way up: connection exception (08)
-# and operator intervention (57: shutting down, crashed, "the database system is starting up").
-_TRANSIENT_SQLSTATE_CLASSES = ("08", "57")
-
-
-def storage_unavailable(exc: BaseException) -> bool:
-    """Whether a storage failure is the database being out of reach for now (a retry by the
-    caller, whose appends are idempotent, will do) rather than a fault in the request."""
-    if isinstance(exc, OSError | OperationalError | InterfaceError):
-        return True  # refused connection, locked SQLite, pooled connection closed by a restart
-    if isinstance(exc, DBAPIError):
-        sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
-        return exc.connection_invalidated or sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES
-    return False
-
-
-async def _abort(context: ServicerContext, exc: Exception) -> NoReturn:
-    """End the RPC with the status the error stands for; never leak a stack trace."""
-    if isinstance(exc, EventsError):
-        await context.abort(_CODES.get(type(exc), grpc.StatusCode.INTERNAL), str(exc))
-    log.exception("storage error", exc_info=exc)
-    if storage_unavailable(exc):
-        await context.abort(grpc.StatusCode.UNAVAILABLE, "event storage is unavailable; retry")
-    await context.abort(grpc.StatusCode.INTERNAL, "event storage failed; see the events log")
-    raise AssertionError("context.abort returned")

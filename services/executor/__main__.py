@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 
-import grpc
-
 from services.executor.adapters.events import GrpcRunLeases, GrpcWorkflowRegistry, run_sink
 from services.executor.adapters.planner import PlannerClient
 from services.executor.adapters.tools import ToolClient
@@ -13,11 +11,12 @@ from services.executor.adapters.tracing import TracedTools
 from services.executor.dag.steps import StepLimits
 from services.executor.dag.team import TeamSettings
 from services.executor.engine.settings import AgentSettings
-from services.executor.grpc_api import ExecutorServicer
+from services.executor.grpc_api import CALLER_ROLES, ExecutorServicer
 from services.executor.lease import Leasing, replica_id
 from services.executor.runs import EmitterSettings, RunManager
 from shuttle.events_client import EventsClient
-from shuttle.grpc_client import CHANNEL_OPTIONS, open_channel
+from shuttle.grpc_auth import EXECUTOR, ChannelAuth, ServerAuth
+from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import GrpcService
 from shuttle.llm.factory import build_registry
 from shuttle.process import main
@@ -28,6 +27,8 @@ log = logging.getLogger("executor")
 
 
 async def build(settings: Settings) -> GrpcService:
+    auth = ServerAuth.from_settings(settings)
+    presented = ChannelAuth.for_component(settings, EXECUTOR)
     models = build_registry(settings).traced()
     llm = models.default
     if settings.uses_demo_model:
@@ -35,15 +36,13 @@ async def build(settings: Settings) -> GrpcService:
     else:
         where = settings.models_file or settings.openai_base_url
         log.info("LLM: %s from %s", llm.model or "endpoint default", where)
-    events_channel = open_channel(settings.grpc_target("events"))
-    tools_channel = open_channel(settings.grpc_target("tools"))
-    planner_channel = open_channel(settings.grpc_target("planner"))
+    events_channel = open_channel(settings.grpc_target("events"), presented)
+    tools_channel = open_channel(settings.grpc_target("tools"), presented)
+    planner_channel = open_channel(settings.grpc_target("planner"), presented)
     # The command feed and the runs' appends are streams for the life of the process that
-    # belong to no run: untraced, they hold no span and no interceptor (each batch carries
-    # its run's trace itself).
-    streams_channel = grpc.aio.insecure_channel(
-        settings.grpc_target("events"), options=CHANNEL_OPTIONS
-    )
+    # belong to no run: untraced, they hold no span and no tracing interceptor (each batch
+    # carries its run's trace itself).
+    streams_channel = open_channel(settings.grpc_target("events"), presented, traced=False)
     events = EventsClient(
         events_channel,
         streams_channel=streams_channel,
@@ -93,6 +92,8 @@ async def build(settings: Settings) -> GrpcService:
             ExecutorServicer(runs, events, max_budget_tokens=settings.max_budget_tokens), server
         ),
         on_stop=(finish_runs, close_connections),
+        auth=auth,
+        roles=CALLER_ROLES,
     )
 
 

@@ -18,6 +18,7 @@ from services.executor.commands.desk import (
 from services.executor.ports import RunRequest
 from services.executor.runs import RunManager
 from shuttle.events_client import EventsClient, UpstreamError
+from shuttle.grpc_auth import GATEWAY, method_roles
 from shuttle.grpc_server import Context
 from shuttle.settings import DEFAULT_MAX_BUDGET_TOKENS
 from shuttle.v1 import common_pb2, executor_pb2, executor_pb2_grpc
@@ -48,6 +49,11 @@ async def _abort_append(context: Context, exc: LogUnavailable | LogClosed | Appe
 
 
 HISTORY_ROLES = ("user", "assistant")
+# Who may call each method: runs are started and steered through the gateway alone.
+CALLER_ROLES = method_roles(
+    executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"],
+    {name: {GATEWAY} for name in ("StartRun", "Run", "GetRun", "Control", "Interrupt")},
+)
 
 _ACTIONS = {
     executor_pb2.CONTROL_ACTION_PAUSE: ControlAction.PAUSE,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from services.planner.grpc_api import PlannerServicer
+from services.planner.grpc_api import CALLER_ROLES, PlannerServicer
 from shuttle.events_client import EventsClient
+from shuttle.grpc_auth import PLANNER, ChannelAuth, ServerAuth
 from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import GrpcService
 from shuttle.llm.factory import build_registry
@@ -17,8 +18,11 @@ log = logging.getLogger("planner")
 
 
 async def build(settings: Settings) -> GrpcService:
+    auth = ServerAuth.from_settings(settings)
     models = build_registry(settings).traced()
-    events_channel = open_channel(settings.grpc_target("events"))
+    events_channel = open_channel(
+        settings.grpc_target("events"), ChannelAuth.for_component(settings, PLANNER)
+    )
     events = EventsClient(events_channel, retry_seconds=settings.events_retry_seconds)
     log.info("planner models: %s", ", ".join(models.names))
     return GrpcService(
@@ -28,6 +32,8 @@ async def build(settings: Settings) -> GrpcService:
             PlannerServicer(models, events), server
         ),
         on_stop=(events_channel.close, models.close),
+        auth=auth,
+        roles=CALLER_ROLES,
     )
 
 

@@ -21,6 +21,7 @@ from services.planner.structured import (
     structured_llm_call,
 )
 from shuttle.events_client import EventsClient
+from shuttle.grpc_auth import EXECUTOR, method_roles
 from shuttle.grpc_client import TENANT_METADATA_KEY
 from shuttle.grpc_server import Context
 from shuttle.llm.factory import ModelRegistry
@@ -31,6 +32,14 @@ from shuttle.utf8 import json_text
 from shuttle.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 
 _ROLES = {"system", "user", "assistant", "tool"}
+# Who may call each method: the planner works for the executor's runs alone.
+CALLER_ROLES = method_roles(
+    planner_pb2.DESCRIPTOR.services_by_name["PlannerService"],
+    {
+        name: {EXECUTOR}
+        for name in ("StructuredCall", "SelectTools", "Plan", "AnalyzePlan", "Route")
+    },
+)
 _MODES = {
     Mode.SIMPLE: common_pb2.MODE_SIMPLE,
     Mode.STANDARD: common_pb2.MODE_STANDARD,

@@ -18,7 +18,7 @@ from services.tools.catalog import ToolRegistry
 from services.tools.cleanup import WorkflowDataCleaner
 from services.tools.db import create_schema
 from services.tools.event_log import GrpcWorkflowLog
-from services.tools.grpc_api import SERVICE_NAME, ToolServiceServicer
+from services.tools.grpc_api import CALLER_ROLES, SERVICE_NAME, ToolServiceServicer
 from services.tools.hooks.config import HooksConfigError, build_chain, load_hooks_config
 from services.tools.host import ToolHost
 from services.tools.netguard import AddressPolicy
@@ -26,6 +26,7 @@ from services.tools.providers.loader import load_providers
 from services.tools.workspace import Workspaces
 from shuttle.db import create_engine
 from shuttle.events_client import EventsClient
+from shuttle.grpc_auth import NO_SERVER_AUTH, TOOLS, ChannelAuth, ServerAuth
 from shuttle.grpc_client import open_channel
 from shuttle.grpc_server import Cleanup, GrpcService
 from shuttle.process import main
@@ -39,6 +40,7 @@ def service_for(
     approvals: ApprovalService | None = None,
     on_stop: Sequence[Cleanup] = (),
     cleaner: WorkflowDataCleaner | None = None,
+    auth: ServerAuth = NO_SERVER_AUTH,
 ) -> GrpcService:
     """A GrpcService (with health and reflection) serving ToolService over `host`."""
     servicer = ToolServiceServicer(host, approvals, cleaner)
@@ -47,7 +49,12 @@ def service_for(
         tools_pb2_grpc.add_ToolServiceServicer_to_server(servicer, server)
 
     return GrpcService(
-        name="tools", service_names=[SERVICE_NAME], register=register, on_stop=tuple(on_stop)
+        name="tools",
+        service_names=[SERVICE_NAME],
+        register=register,
+        on_stop=tuple(on_stop),
+        auth=auth,
+        roles=CALLER_ROLES,
     )
 
 
@@ -86,6 +93,7 @@ def _buckets(settings: Settings) -> TokenBuckets:
 
 async def build(settings: Settings) -> GrpcService:
     """The tools service as configured: built-ins and providers behind the hook chain."""
+    auth = ServerAuth.from_settings(settings)
     # First, so a host that cannot run python_exec's container stops before anything opens.
     sandbox = await python_sandbox(settings)
     try:
@@ -99,7 +107,9 @@ async def build(settings: Settings) -> GrpcService:
     engine = create_engine(url)
     await create_schema(engine)
     audit_writes = writes_for(engine)
-    events_channel = open_channel(settings.grpc_target("events"))
+    events_channel = open_channel(
+        settings.grpc_target("events"), ChannelAuth.for_component(settings, TOOLS)
+    )
     approvals = ApprovalService(
         ApprovalStore(engine),
         GrpcWorkflowLog(EventsClient(events_channel, retry_seconds=settings.events_retry_seconds)),
@@ -144,6 +154,7 @@ async def build(settings: Settings) -> GrpcService:
             engine.dispose,
         ],
         cleaner=WorkflowDataCleaner(config.workspaces, engine, chain),
+        auth=auth,
     )
 
 

@@ -18,12 +18,24 @@ from services.tools.approvals import (
 from services.tools.catalog import ToolSpec
 from services.tools.cleanup import WorkflowDataCleaner
 from services.tools.host import ToolHost
+from shuttle.grpc_auth import EXECUTOR, GATEWAY, method_roles
 from shuttle.grpc_server import Context
 from shuttle.tool_calls import ToolCall, ToolOutcome
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 
 MAX_DELETE_IDS = 1000
 SERVICE_NAME: str = tools_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name
+# Who may call each method: tools run only for the executor's runs.
+CALLER_ROLES = method_roles(
+    tools_pb2.DESCRIPTOR.services_by_name["ToolService"],
+    {
+        "Execute": {EXECUTOR},
+        "DeleteWorkflowData": {GATEWAY},
+        "ListTools": {GATEWAY, EXECUTOR},
+        "ListApprovals": {GATEWAY, EXECUTOR},
+        "DecideApproval": {GATEWAY, EXECUTOR},
+    },
+)
 
 
 def spec_to_proto(spec: ToolSpec, timeout_seconds: float) -> tools_pb2.ToolSpec:

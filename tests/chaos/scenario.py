@@ -12,6 +12,7 @@ import httpx
 
 from tests.chaos.harness import RunAudit, audit_run, last_seq, read_log, submit, wait_until
 from tests.chaos.subscriber import Stall, Subscription, follow
+from tests.support.stack import Stack
 
 # Generous: a loaded two-core machine may take a while, and a wait never slows a passing test.
 SUBSCRIBER_GIVE_UP_SECONDS = 240.0
@@ -89,12 +90,12 @@ class Scenario:
 
 
 @asynccontextmanager
-async def scenario(gateway: str, events_port: int) -> AsyncIterator[Scenario]:
+async def scenario(stack: Stack) -> AsyncIterator[Scenario]:
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=20)
     timeout = httpx.Timeout(30.0, read=None)
     async with (
-        httpx.AsyncClient(base_url=gateway, timeout=timeout, limits=limits) as client,
-        grpc.aio.insecure_channel(f"127.0.0.1:{events_port}") as channel,
+        httpx.AsyncClient(base_url=stack.gateway, timeout=timeout, limits=limits) as client,
+        stack.channel("events") as channel,
     ):
         frame = Scenario(client, channel)
         try:

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 async def test_no_event_is_lost_or_duplicated_when_the_events_service_is_killed(
     embedded_stack: Stack, scale: Scale
 ) -> None:
-    async with scenario(embedded_stack.gateway, embedded_stack.grpc_ports["events"]) as chaos:
+    async with scenario(embedded_stack) as chaos:
         ids = await chaos.start_runs(scale.runs, "events-killed")
         chaos.subscribe_to_every_run(scale.subscribers_per_run)
 

@@ -97,7 +97,7 @@ async def test_runs_of_a_killed_executor_end_with_executor_lost(
     leased_stack: Stack, holding_model: HoldingModel, scale: Scale
 ) -> None:
     stack = leased_stack
-    async with scenario(stack.gateway, stack.grpc_ports["events"]) as chaos:
+    async with scenario(stack) as chaos:
         ids = await chaos.start_runs(scale.runs, "executor-lost")
         chaos.subscribe_to_every_run(scale.subscribers_per_run)
 
@@ -168,7 +168,7 @@ async def test_runs_of_a_killed_executor_end_with_executor_lost(
 
     # Once an executor is back, new tasks run again.
     await asyncio.to_thread(restart_supervised, stack.supervisor, "executor")
-    async with scenario(stack.gateway, stack.grpc_ports["events"]) as after:
+    async with scenario(stack) as after:
         await after.start_runs(1, "after the executor restarted")
         after.subscribe_to_every_run(scale.subscribers_per_run)
         assert_clean(await after.finish())

@@ -31,7 +31,7 @@ def seconds_between(earlier: str, later: str) -> float:
 async def test_rate_limited_model_calls_are_retried_and_every_run_completes(
     embedded_stack: Stack, scale: Scale, rate_limited: ChaosModel
 ) -> None:
-    async with scenario(embedded_stack.gateway, embedded_stack.grpc_ports["events"]) as chaos:
+    async with scenario(embedded_stack) as chaos:
         ids = await chaos.start_runs(scale.runs, "rate-limited")
         chaos.subscribe_to_every_run(scale.subscribers_per_run)
         audits = await chaos.finish()

@@ -18,7 +18,7 @@ async def test_no_event_is_lost_or_duplicated_when_postgres_restarts(
     scaled_stack: ScaledStack, scale: Scale
 ) -> None:
     stack = scaled_stack.stack
-    async with scenario(stack.gateway, stack.grpc_ports["events"]) as chaos:
+    async with scenario(stack) as chaos:
         ids = await chaos.start_runs(scale.runs, "postgres-restarted")
         chaos.subscribe_to_every_run(scale.subscribers_per_run)
 

@@ -22,7 +22,7 @@ async def test_clients_that_reconnect_at_random_points_get_every_event_once(
     embedded_stack: Stack, scale: Scale
 ) -> None:
     chance = random.Random(20261130)
-    async with scenario(embedded_stack.gateway, embedded_stack.grpc_ports["events"]) as chaos:
+    async with scenario(embedded_stack) as chaos:
         ids = await chaos.start_runs(scale.runs, "reconnecting")
         for number in range(scale.reconnecting_clients):
             cuts = chance.sample(range(1, CUT_WINDOW), scale.cuts_per_client)

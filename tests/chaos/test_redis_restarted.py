@@ -18,7 +18,7 @@ async def test_runs_and_streams_go_on_through_a_redis_outage(
     scaled_stack: ScaledStack, scale: Scale
 ) -> None:
     stack = scaled_stack.stack
-    async with scenario(stack.gateway, stack.grpc_ports["events"]) as chaos:
+    async with scenario(stack) as chaos:
         ids = await chaos.start_runs(scale.runs, "redis-restarted")
         chaos.subscribe_to_every_run(scale.subscribers_per_run)
 

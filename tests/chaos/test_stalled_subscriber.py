@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 async def test_a_stalled_subscriber_catches_up_without_holding_the_run_back(
     embedded_stack: Stack, scale: Scale
 ) -> None:
-    async with scenario(embedded_stack.gateway, embedded_stack.grpc_ports["events"]) as chaos:
+    async with scenario(embedded_stack) as chaos:
         ids = await chaos.start_runs(scale.runs, "stalled")
         stalls = [Stall(after_events=3) for _ in ids]
         for workflow_id, stall in zip(ids, stalls, strict=True):

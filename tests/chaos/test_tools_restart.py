@@ -116,7 +116,7 @@ async def test_tools_restarted_mid_call(
     fetching_stack: Stack, page: SlowPage, scale: Scale
 ) -> None:
     stack = fetching_stack
-    async with scenario(stack.gateway, stack.grpc_ports["events"]) as chaos:
+    async with scenario(stack) as chaos:
         ids = await chaos.start_runs(scale.runs, "Please fetch the slow page, tools-restarted")
         chaos.subscribe_to_every_run(scale.subscribers_per_run)
 
@@ -161,7 +161,7 @@ async def test_tools_restarted_mid_call(
         assert "could not" in log[-2]["payload"]["result"]
 
     # The next task's tool call goes to the restarted service and succeeds.
-    async with scenario(stack.gateway, stack.grpc_ports["events"]) as after:
+    async with scenario(stack) as after:
         (workflow_id,) = await after.start_runs(1, "After the restart, what is 6*7?")
         after.subscribe_to_every_run(scale.subscribers_per_run)
         assert_clean(await after.finish())

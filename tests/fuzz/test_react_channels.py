@@ -11,7 +11,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import grpc
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -88,7 +87,7 @@ NUMERIC_READERS = ["AGENT_THINKING", "TOOL_OBSERVATION", "THREAD_MESSAGE_DELTA",
 
 @pytest.fixture(scope="module")
 def events_stub(auth_stack: AuthStack) -> Iterator[events_pb2_grpc.EventServiceStub]:
-    with grpc.insecure_channel(f"127.0.0.1:{auth_stack.stack.grpc_ports['events']}") as channel:
+    with auth_stack.stack.blocking_channel("events") as channel:
         yield events_pb2_grpc.EventServiceStub(channel)
 
 

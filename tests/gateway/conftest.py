@@ -50,6 +50,7 @@ class AuthStack:
             "database_url": "",
             "auth": "required",
             "ticket_secret": TICKET_SECRET,
+            "internal_token": self.stack.token,
             **overrides,
         }
         return Settings(**values)  # type: ignore[arg-type]

@@ -6,7 +6,6 @@ import asyncio
 import re
 from pathlib import Path
 
-import grpc
 import httpx
 import pytest
 
@@ -63,9 +62,7 @@ async def hostile_log(stack: AuthStack) -> str:
     """A finished workflow of tenant acme whose events carry HOSTILE in every field the
     console shows: any producer may append events, so none of their fields is trusted."""
     tenant = tenant_metadata("acme")
-    async with grpc.aio.insecure_channel(
-        f"127.0.0.1:{stack.stack.grpc_ports['events']}"
-    ) as channel:
+    async with stack.stack.channel("events") as channel:
         events = events_pb2_grpc.EventServiceStub(channel)
         created = await events.CreateWorkflow(
             events_pb2.CreateWorkflowRequest(query=HOSTILE), metadata=tenant

@@ -7,7 +7,6 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
-import grpc
 import httpx
 import pytest
 
@@ -32,7 +31,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture
 async def events(running: Stack) -> AsyncIterator[events_pb2_grpc.EventServiceAsyncStub]:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.grpc_ports['events']}") as channel:
+    async with running.channel("events") as channel:
         yield events_pb2_grpc.EventServiceStub(channel)
 
 
@@ -167,9 +166,7 @@ def events_workflow(running: Stack) -> str:
     """A finished workflow with a long tool observation, written straight to the events service."""
 
     async def write() -> str:
-        async with grpc.aio.insecure_channel(
-            f"127.0.0.1:{running.grpc_ports['events']}"
-        ) as channel:
+        async with running.channel("events") as channel:
             stub = events_pb2_grpc.EventServiceStub(channel)
             created = await stub.CreateWorkflow(events_pb2.CreateWorkflowRequest(), metadata=TENANT)
             await stub.Append(

@@ -8,7 +8,6 @@ import struct
 import time
 from pathlib import Path
 
-import grpc
 import httpx
 import pytest
 
@@ -60,8 +59,7 @@ def call(
 def held_open(auth_stack: AuthStack, tenant: str = "acme") -> str:
     """A workflow no run appends to, so its Stream tails live and never ends by itself.
     Made on the events service directly, as the executor makes one: grpc-web cannot."""
-    target = f"127.0.0.1:{auth_stack.stack.grpc_ports['events']}"
-    with grpc.insecure_channel(target) as channel:
+    with auth_stack.stack.blocking_channel("events") as channel:
         created = events_pb2_grpc.EventServiceStub(channel).CreateWorkflow(
             events_pb2.CreateWorkflowRequest(query="held open"), metadata=tenant_metadata(tenant)
         )

@@ -308,6 +308,7 @@ def test_a_run_is_given_the_newest_turns_of_its_session_that_fit(scripted: Scrip
         database_url="",
         auth=AuthMode.REQUIRED,
         session_history_max_bytes=2_500,
+        internal_token=scripted.stack.token,
     )
     turns = [(f"Question {n} " + "q" * 500, f"Answer {n} " + "a" * 500) for n in range(3)]
     earlier = [

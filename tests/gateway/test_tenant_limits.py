@@ -39,7 +39,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture
 async def events(limited: Stack) -> AsyncIterator[events_pb2_grpc.EventServiceAsyncStub]:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{limited.grpc_ports['events']}") as channel:
+    async with limited.channel("events") as channel:
         yield events_pb2_grpc.EventServiceStub(channel)
 
 
@@ -112,9 +112,7 @@ async def test_a_budget_over_the_ceiling_is_refused_by_the_gateway_and_the_execu
         assert "tasks" in (await client.get("/api/v1/tasks")).json()
 
         # A gRPC caller meets the same ceiling at the executor.
-        async with grpc.aio.insecure_channel(
-            f"127.0.0.1:{limited.grpc_ports['executor']}"
-        ) as channel:
+        async with limited.channel("executor") as channel:
             executor = executor_pb2_grpc.ExecutorServiceStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await executor.StartRun(

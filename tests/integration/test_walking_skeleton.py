@@ -176,8 +176,8 @@ def test_every_grpc_port_answers_health_and_reflection(running: Stack) -> None:
         "planner": "shuttle.v1.PlannerService",
         "executor": "shuttle.v1.ExecutorService",
     }
-    for name, port in running.grpc_ports.items():
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+    for name in running.grpc_ports:
+        with running.blocking_channel(name) as channel:
             health = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=expected[name]), timeout=5
             )
@@ -191,8 +191,7 @@ def test_every_grpc_port_answers_health_and_reflection(running: Stack) -> None:
 
 
 def test_the_planner_process_routes_and_rejects_bad_input(running: Stack) -> None:
-    target = f"127.0.0.1:{running.grpc_ports['planner']}"
-    with grpc.insecure_channel(target) as channel:
+    with running.blocking_channel("planner") as channel:
         planner = planner_pb2_grpc.PlannerServiceStub(channel)
         decision = planner.Route(planner_pb2.RouteRequest(query="hello"), timeout=5)
         assert decision.mode == common_pb2.MODE_SIMPLE and decision.fast_path

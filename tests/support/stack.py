@@ -6,7 +6,11 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
+
 from cli.launcher import GRPC_SERVICES, Supervisor
+from shuttle.grpc_auth import ChannelAuth
+from shuttle.grpc_client import open_blocking_channel, open_channel
 from shuttle.settings import Settings
 
 
@@ -27,6 +31,21 @@ class Stack:
     supervisor: Supervisor
     gateway: str
     grpc_ports: dict[str, int]
+
+    @property
+    def token(self) -> str:
+        """The internal token the stack's processes were given (the operator's credential)."""
+        return self.supervisor.token
+
+    def target(self, service: str) -> str:
+        return f"127.0.0.1:{self.grpc_ports[service]}"
+
+    def channel(self, service: str) -> grpc.aio.Channel:
+        """A channel to one of the stack's gRPC services, presenting the operator's token."""
+        return open_channel(self.target(service), ChannelAuth.operator(self.token))
+
+    def blocking_channel(self, service: str) -> grpc.Channel:
+        return open_blocking_channel(self.target(service), ChannelAuth.operator(self.token))
 
     def stop(self) -> dict[str, int | None]:
         """Stop every process gracefully; their exit codes by name."""
