@@ -1,8 +1,8 @@
 """The ReAct channel dialect's translator with any payloads the log accepts.
 
-The events service checks a payload is a JSON object, not the types of its fields, and any
-tenant may append to its own workflows (gRPC, grpc-web). A field of an unexpected type must
-not end a stream, which a client would then resume into the same event again and again.
+The events service checks a payload is a JSON object, not the types of its fields, and more
+than one component appends to a log. A field of an unexpected type must not end a stream,
+which a client would then resume into the same event again and again.
 """
 
 from __future__ import annotations
@@ -105,6 +105,8 @@ def events_stub(auth_stack: AuthStack) -> Iterator[events_pb2_grpc.EventServiceS
     payloads=[("TOOL_OBSERVATION", {"iteration": "", "duration_ms": None})],
     completed={"duration_ms": "x"},
 )
+# Past SQL's 64-bit column: the events service once failed the terminal event's Append.
+@example(payloads=[("AGENT_COMPLETED", {"iterations": 1})], completed={"duration_ms": 2**64})
 def test_odd_payloads_on_the_log_still_end_the_react_channel_stream_with_done(
     auth_stack: AuthStack,
     events_stub: events_pb2_grpc.EventServiceStub,
