@@ -13,11 +13,13 @@ from services.events.__main__ import build
 from services.events.hot import MemoryHotTier
 from services.events.log import EventLog
 from services.events.migrate import migrate
+from services.events.redis_hot import RedisHotTier
 from services.events.store import SqlEventStore
 from shuttle.db import create_engine
 from shuttle.grpc_server import GrpcService
 from shuttle.settings import Settings
 from shuttle.v1 import events_pb2_grpc
+from tests.events.helpers import TierMaker
 from tests.support.databases import (  # noqa: F401 - fixtures
     EngineMaker,
     postgres_url,
@@ -118,3 +120,17 @@ async def channel(server: RunningEvents) -> AsyncIterator[grpc.aio.Channel]:
 @pytest.fixture
 def stub(channel: grpc.aio.Channel) -> events_pb2_grpc.EventServiceAsyncStub:
     return events_pb2_grpc.EventServiceStub(channel)
+
+
+@pytest.fixture
+async def tiers(redis_server: str, redis_prefix: str) -> AsyncIterator[TierMaker]:  # noqa: F811
+    """Redis hot tiers on one test's key prefix, each closed after the test."""
+    made: list[RedisHotTier] = []
+
+    def make(**options: object) -> RedisHotTier:
+        made.append(RedisHotTier(redis_server, prefix=redis_prefix, **options))  # type: ignore[arg-type]
+        return made[-1]
+
+    yield make
+    for tier in made:
+        await tier.close()

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from services.events.records import Appended, NewEvent, StoredEvent
+from services.events.redis_hot import RedisHotTier
 from shuttle.envelope import type_value
 from shuttle.v1 import common_pb2
+
+TierMaker = Callable[..., RedisHotTier]
+"""The `tiers` fixture: makes Redis hot tiers on the test's key prefix."""
 
 
 def new(kind: str, payload: dict[str, Any] | None = None, message: str = "") -> NewEvent:

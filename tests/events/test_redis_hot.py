@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
 
 import pytest
 import redis.asyncio as aioredis
@@ -14,22 +13,7 @@ from services.events.redis_hot import RedisHotTier
 from services.events.store import SqlEventStore
 from tests.support.databases import EngineMaker, PrivateRedis
 
-from .helpers import collect, new, progress, stored
-
-TierMaker = Callable[..., RedisHotTier]
-
-
-@pytest.fixture
-async def tiers(redis_server: str, redis_prefix: str) -> AsyncIterator[TierMaker]:
-    made: list[RedisHotTier] = []
-
-    def make(**options: object) -> RedisHotTier:
-        made.append(RedisHotTier(redis_server, prefix=redis_prefix, **options))  # type: ignore[arg-type]
-        return made[-1]
-
-    yield make
-    for tier in made:
-        await tier.close()
+from .helpers import TierMaker, collect, new, progress, stored
 
 
 async def test_events_are_stream_entries_with_seq_ids_and_a_ttl(

@@ -4,18 +4,17 @@ counts kept beside the stream, and a stream that predates them."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from services.events.records import StoredEvent
-from services.events.redis_hot import RedisHotTier, encode
+from services.events.redis_hot import encode
 from services.events.sizes import held_bytes
 
-from .helpers import stored
+from .helpers import TierMaker, stored
 
-TierMaker = Callable[..., RedisHotTier]
 PAYLOAD = json.dumps({"text": "x" * 1000})
 
 
@@ -25,19 +24,6 @@ def event(seq: int, workflow_id: str = "wf-1") -> StoredEvent:
 
 # Seqs 1-9 encode to the same size.
 SIZE = len(encode(event(1)))
-
-
-@pytest.fixture
-async def tiers(redis_server: str, redis_prefix: str) -> AsyncIterator[TierMaker]:
-    made: list[RedisHotTier] = []
-
-    def make(**options: object) -> RedisHotTier:
-        made.append(RedisHotTier(redis_server, prefix=redis_prefix, **options))  # type: ignore[arg-type]
-        return made[-1]
-
-    yield make
-    for tier in made:
-        await tier.close()
 
 
 @pytest.fixture

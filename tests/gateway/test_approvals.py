@@ -24,10 +24,8 @@ hooks:
 """
 
 
-@pytest.fixture(scope="module")
-def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str, str]]:
+def start_gated(data_dir: Path) -> tuple[Stack, str, str]:
     """A stack whose calculator needs a human's approval, and keys of two tenants."""
-    data_dir = Path(tmp_path_factory.mktemp("approvals"))
     hooks = data_dir / "hooks.yaml"
     hooks.write_text(HOOKS)
     key_a, key_b = create_key(data_dir, "acme"), create_key(data_dir, "globex")
@@ -39,6 +37,12 @@ def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str
             "SHUTTLE_TOOL_HOOKS_FILE": str(hooks),
         },
     )
+    return stack, key_a, key_b
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str, str]]:
+    stack, key_a, key_b = start_gated(Path(tmp_path_factory.mktemp("approvals")))
     yield stack, key_a, key_b
     stack.stop()
 

@@ -14,10 +14,9 @@ from gateway.stores.keys import KeyStore
 from shuttle.db import create_engine
 from shuttle.settings import Settings
 from shuttle.v1 import tools_pb2
-from tests.gateway.conftest import TICKET_SECRET, create_key
-from tests.gateway.test_approvals import HOOKS, of_type, run_with_decision
+from tests.gateway.test_approvals import of_type, run_with_decision, start_gated
 from tests.gateway.test_grpc_web import call
-from tests.support.stack import Stack, start_stack
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -27,17 +26,7 @@ def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Pat
     """A stack whose calculator needs a human's approval, its data directory, and keys of
     two tenants."""
     data_dir = Path(tmp_path_factory.mktemp("grpc-web-approvals"))
-    hooks = data_dir / "hooks.yaml"
-    hooks.write_text(HOOKS)
-    key_a, key_b = create_key(data_dir, "acme"), create_key(data_dir, "globex")
-    stack = start_stack(
-        data_dir,
-        extra_env={
-            "SHUTTLE_AUTH": "required",
-            "SHUTTLE_TICKET_SECRET": TICKET_SECRET,
-            "SHUTTLE_TOOL_HOOKS_FILE": str(hooks),
-        },
-    )
+    stack, key_a, key_b = start_gated(data_dir)
     yield stack, data_dir, key_a, key_b
     stack.stop()
 
