@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy import Connection, Engine, Integer, Select, bindparam, delete, select
+from sqlalchemy import Connection, Engine, Select, delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -30,11 +30,10 @@ from .records import (
     Appended,
     AppendRequest,
     NewEvent,
-    StoredEvent,
     WorkflowRecord,
     WorkflowStatus,
 )
-from .rows import stored_event, workflow_record
+from .rows import workflow_record
 from .tenant_runs import insert_workflow
 
 Clock = Callable[[], datetime]
@@ -247,8 +246,10 @@ class SqlEventStore:
         types: Collection[str] | None = None,
         whole_results: bool = False,
     ) -> SizedPage:
-        """Durable events as `list_events` finds them, stopped where their sizes pass
-        `max_bytes` (the first whatever its size): see ``pages.read_page``."""
+        """Durable events with ``from_seq <= seq <= to_seq`` (of `types`, when given), oldest
+        first, at most `limit` and stopped where their sizes pass `max_bytes` (the first
+        whatever its size); NotFound when the workflow is not this tenant's. See
+        ``pages.read_page``."""
         return await self.read(
             read_page,
             workflow_id,
@@ -261,48 +262,9 @@ class SqlEventStore:
             whole_results=whole_results,
         )
 
-    async def list_events(
-        self,
-        workflow_id: str,
-        tenant_id: str,
-        *,
-        from_seq: int = 1,
-        to_seq: int | None = None,
-        limit: int = 100,
-        types: Collection[str] | None = None,
-    ) -> list[StoredEvent]:
-        """Durable events with ``from_seq <= seq <= to_seq`` (of `types`, when given), oldest
-        first, at most `limit`; NotFound when the workflow is not this tenant's."""
-        query = _EVENTS_FROM if to_seq is None else _EVENTS_BETWEEN
-        if types:
-            query = query.where(events.c.type.in_(sorted(types)))
-        bounds = {"b_workflow": workflow_id, "b_from": from_seq, "b_to": to_seq, "b_limit": limit}
-        return await self.read(_tenants_events, workflow_id, tenant_id, query, bounds)
-
-
-# Built once, as every reader's replay runs them (see append_tx._WORKFLOW).
-_EVENTS_FROM = (
-    select(events)
-    .where(events.c.workflow_id == bindparam("b_workflow"), events.c.seq >= bindparam("b_from"))
-    .order_by(events.c.seq)
-    .limit(bindparam("b_limit", type_=Integer))
-)
-_EVENTS_BETWEEN = _EVENTS_FROM.where(events.c.seq <= bindparam("b_to"))
-
 
 def _workflow(conn: Connection, workflow_id: str, tenant_id: str) -> WorkflowRecord:
     return workflow_record(workflow_row(conn, workflow_id, tenant_id))
-
-
-def _tenants_events(
-    conn: Connection,
-    workflow_id: str,
-    tenant_id: str,
-    query: Select[Any],
-    bounds: dict[str, Any],
-) -> list[StoredEvent]:
-    workflow_row(conn, workflow_id, tenant_id)  # tenancy: NotFound if not theirs
-    return [stored_event(row) for row in conn.execute(query, bounds).mappings()]
 
 
 def _full_results(conn: Connection, query: Select[Any]) -> dict[int, str]:

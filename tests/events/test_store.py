@@ -11,11 +11,34 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.events.errors import AlreadyExists, FailedPrecondition, NotFound
 from services.events.models import events
-from services.events.records import NewEvent, WorkflowStatus
+from services.events.records import NewEvent, StoredEvent, WorkflowStatus
 from services.events.store import SqlEventStore
 from tests.support.databases import EngineMaker
 
 from .helpers import new, progress, seqs
+
+
+async def listed(
+    store: SqlEventStore,
+    workflow_id: str,
+    tenant_id: str,
+    *,
+    from_seq: int = 1,
+    to_seq: int | None = None,
+    limit: int = 100,
+    types: set[str] | None = None,
+) -> list[StoredEvent]:
+    """A page of durable events with no byte bound to stop it."""
+    page = await store.events_page(
+        workflow_id,
+        tenant_id,
+        from_seq=from_seq,
+        to_seq=to_seq,
+        limit=limit,
+        types=types,
+        max_bytes=2**62,
+    )
+    return page.events
 
 
 async def test_seqs_run_from_one_without_gaps_and_batches_are_consecutive(
@@ -28,7 +51,7 @@ async def test_seqs_run_from_one_without_gaps_and_batches_are_consecutive(
     assert [seqs(first), seqs(second), seqs(third)] == [[1, 2, 3], [4], [5, 6, 7, 8]]
     record = await store.get_workflow("wf-a", "t1")
     assert record.last_seq == 8
-    assert seqs(await store.list_events("wf-a", "t1", limit=100)) == list(range(1, 9))
+    assert seqs(await listed(store, "wf-a", "t1", limit=100)) == list(range(1, 9))
 
 
 async def test_two_workflows_number_independently(store: SqlEventStore) -> None:
@@ -78,7 +101,7 @@ async def test_event_fields_round_trip_with_utc_timestamps(store: SqlEventStore)
         trace_id="abc123",
     )
     await store.append("wf-r", "t1", [event, new("PROGRESS")])
-    stored = await store.list_events("wf-r", "t1")
+    stored = await listed(store, "wf-r", "t1")
     assert stored[0].timestamp == moment
     assert stored[0].payload_json == '{"n": 12345678901234567890}'  # kept verbatim
     assert (stored[0].agent_id, stored[0].message, stored[0].trace_id) == (
@@ -92,16 +115,16 @@ async def test_event_fields_round_trip_with_utc_timestamps(store: SqlEventStore)
     assert stored[1].payload_json == "{}"
 
 
-async def test_list_events_filters_by_range_and_type(store: SqlEventStore) -> None:
+async def test_pages_filter_by_range_and_type(store: SqlEventStore) -> None:
     await store.create_workflow(workflow_id="wf-l", tenant_id="t1")
     await store.append(
         "wf-l",
         "t1",
         [new("WORKFLOW_STARTED"), new("TOOL_INVOKED"), new("PROGRESS"), new("TOOL_INVOKED")],
     )
-    tools = await store.list_events("wf-l", "t1", types={"TOOL_INVOKED"})
+    tools = await listed(store, "wf-l", "t1", types={"TOOL_INVOKED"})
     assert seqs(tools) == [2, 4]
-    window = await store.list_events("wf-l", "t1", from_seq=2, to_seq=3)
+    window = await listed(store, "wf-l", "t1", from_seq=2, to_seq=3)
     assert seqs(window) == [2, 3]
 
 
@@ -193,7 +216,7 @@ async def test_other_tenant_sees_nothing(store: SqlEventStore) -> None:
     with pytest.raises(NotFound, match="'wf-t' not found"):
         await store.append("wf-t", "t2", progress(1))
     with pytest.raises(NotFound, match="'wf-t' not found"):
-        await store.list_events("wf-t", "t2")
+        await listed(store, "wf-t", "t2")
     assert (await store.get_workflow("wf-t", "t1")).last_seq == 0
 
 
