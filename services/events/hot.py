@@ -252,28 +252,25 @@ class MemoryHotTier:
 
     def _trim(self, buffer: _Buffer) -> None:
         """Evict the buffer's oldest events until it is within its own bounds."""
-        held = buffer.events
-        dropped = 0
-        while held and (
-            len(held) > self._max_events or buffer.bytes - dropped > self._max_workflow_bytes
+        while buffer.events and (
+            len(buffer.events) > self._max_events or buffer.bytes > self._max_workflow_bytes
         ):
-            dropped += held_bytes(held.popleft())
-        buffer.bytes -= dropped
-        self.bytes -= dropped
+            self._pop_oldest(buffer)
 
     def _evict_least_recent(self) -> None:
         """Evict the oldest events of the workflows least recently appended to until the
         total is within its bound."""
         while self.bytes > self._max_bytes and self._recent:
             workflow_id, buffer = next(iter(self._recent.items()))
-            held = buffer.events
-            dropped = 0
-            while held and self.bytes - dropped > self._max_bytes:
-                dropped += held_bytes(held.popleft())
-            buffer.bytes -= dropped
-            self.bytes -= dropped
-            if not held:
+            while buffer.events and self.bytes > self._max_bytes:
+                self._pop_oldest(buffer)
+            if not buffer.events:
                 del self._recent[workflow_id]
+
+    def _pop_oldest(self, buffer: _Buffer) -> None:
+        size = held_bytes(buffer.events.popleft())
+        buffer.bytes -= size
+        self.bytes -= size
 
     def _drop_all(self, buffer: _Buffer) -> None:
         self.bytes -= buffer.bytes
