@@ -88,7 +88,7 @@ class GrpcWebProxy:
         try:
             served, method = web_method(service, name)
             caller = await (stream_caller_of if served.ticket_reads else caller_of)(request)
-            _timeout(request)  # a malformed grpc-timeout is refused before the body is read
+            grpc_timeout = _timeout(request)  # a malformed one is refused before the body is read
             settings: Settings = request.app.state.settings
             raw = await _request_message(
                 request, content_type.text, settings.gateway_max_body_bytes
@@ -96,8 +96,10 @@ class GrpcWebProxy:
             message = decode_request(method.input_type, raw, content_type)
             _scope_to_caller(message, served, caller)
             if served.serving is Serving.FORWARD:
-                return self._forward(request, service, method, message, caller, content_type)
-            return await self._start(request, served, message, caller, content_type)
+                return self._forward(
+                    request, service, method, message, caller, content_type, grpc_timeout
+                )
+            return await self._start(request, served, message, caller, content_type, grpc_timeout)
         except ApiError as exc:
             refusal = RpcRefusal.from_api_error(exc)
             return trailers_only(content_type, refusal.code, refusal.message, refusal.headers)
@@ -116,6 +118,7 @@ class GrpcWebProxy:
         message: Message,
         caller: Caller,
         content_type: WebContentType,
+        grpc_timeout: float | None,
     ) -> Response:
         backends: Backends = request.app.state.backends
         channel = backends.channels[SERVICE_BACKENDS[service]]
@@ -124,7 +127,7 @@ class GrpcWebProxy:
         # No serializers: the reply bytes pass through untouched.
         factory: Any = channel.unary_stream if method.server_streaming else channel.unary_unary
         call: Any = factory(path)(
-            message.SerializeToString(), timeout=_timeout(request), metadata=metadata
+            message.SerializeToString(), timeout=grpc_timeout, metadata=metadata
         )
         return _streaming(self._relay(call, method, content_type), content_type)
 
@@ -135,9 +138,11 @@ class GrpcWebProxy:
         message: Message,
         caller: Caller,
         content_type: WebContentType,
+        grpc_timeout: float | None,
     ) -> Response:
-        timeout = _timeout(request)
-        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        deadline = (
+            None if grpc_timeout is None else asyncio.get_running_loop().time() + grpc_timeout
+        )
         async with asyncio.timeout_at(deadline):
             started = await start_run(request, caller, message)  # type: ignore[arg-type]
         reply = encode_reply(started.reply, content_type)
