@@ -35,6 +35,13 @@ class GroupCommitter:
         self._max_group = max_group
         self._pending: list[tuple[AppendRequest, asyncio.Future[Appended]]] = []
         self._writer: asyncio.Task[None] | None = None
+        # Workflows of the group being committed and published (one group at a time): SQL
+        # may already show its events to a reader while the hot tier has yet to get them.
+        self._unpublished: frozenset[str] = frozenset()
+
+    def unpublished(self, workflow_id: str) -> bool:
+        """Whether a batch of the workflow is committing or committed but not yet published."""
+        return workflow_id in self._unpublished
 
     async def submit(self, request: AppendRequest) -> Appended:
         """Commit and publish `request` with whatever else is queued; its outcome.
@@ -73,6 +80,17 @@ class GroupCommitter:
         self, group: list[tuple[AppendRequest, asyncio.Future[Appended]]]
     ) -> None:
         requests = [request for request, _ in group]
+        self._unpublished = frozenset(request.workflow_id for request in requests)
+        try:
+            await self._commit_and_publish(group, requests)
+        finally:
+            self._unpublished = frozenset()
+
+    async def _commit_and_publish(
+        self,
+        group: list[tuple[AppendRequest, asyncio.Future[Appended]]],
+        requests: list[AppendRequest],
+    ) -> None:
         try:
             outcomes: Sequence[Outcome | BaseException] = await self._commit(requests)
         except Exception as failed:  # the database failed the whole group

@@ -7,9 +7,11 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Collection, Sequence
+from datetime import UTC, datetime
 
 from shuttle.metrics import EVENTS_APPENDED, SUBSCRIBER_CATCHUPS, SUBSCRIBER_LAG
 
+from .cuts import leading_run, wanted_part, within_bounds
 from .errors import InvalidArgument
 from .group_commit import GroupCommitter
 from .hot import HotTier
@@ -17,7 +19,6 @@ from .lifecycle import close_after_terminal
 from .pages import SizedPage
 from .payloads import shape_batch, with_full_result
 from .records import Appended, AppendRequest, EventPage, NewEvent, StoredEvent, WorkflowRecord
-from .sizes import wire_bytes
 from .store import SqlEventStore
 from .validation import (
     check_batch,
@@ -38,6 +39,8 @@ WRITER_LANES = 16
 # SQL read loads (its first event whatever its size).
 REPLAY_PAGE = 500
 REPLAY_PAGE_BYTES = 4 * 1024 * 1024
+# Polls a waiting stream lets pass before it takes from SQL what the hot tier still lacks.
+STALE_POLLS = 2
 # The most bytes of events one List page carries (its first event whatever its size).
 DEFAULT_LIST_MAX_BYTES = 8 * 1024 * 1024
 
@@ -123,8 +126,7 @@ class EventLog:
         batch, added = close_after_terminal(shape_batch(events))
         # Concurrent appends (any workflows) share one transaction; each is published
         # before its call returns, and even if its caller gives up meanwhile.
-        lane = self._lanes[hash(workflow_id) % len(self._lanes)]
-        appended = await lane.submit(
+        appended = await self._lane(workflow_id).submit(
             AppendRequest(workflow_id, tenant_id, batch, producer_id, batch_seq)
         )
         seqs = appended.seqs
@@ -174,7 +176,7 @@ class EventLog:
                     # a poll later, it missed them: read their durable events from SQL.
                     last_seq = (await self._store.get_workflow(workflow_id, tenant_id)).last_seq
                     stale_polls = stale_polls + 1 if last_seq >= cursor else 0
-                    if stale_polls < 2:
+                    if stale_polls < STALE_POLLS:
                         continue
                     stale_polls = 0
                     page = await self._durable(workflow_id, tenant_id, cursor, last_seq)
@@ -182,7 +184,7 @@ class EventLog:
                     full_page = page.cut or len(batch) == self._replay_page
                     cursor_after = batch[-1].seq + 1 if full_page else last_seq + 1
                 cursor = cursor_after
-                selected, ended = _wanted(batch, wanted)
+                selected, ended = wanted_part(batch, wanted)
                 if selected:
                     yield selected
                 if ended:
@@ -247,7 +249,7 @@ class EventLog:
         merged = [by_seq[seq] for seq in sorted(by_seq)][: limit + 1]
         if full_results:
             merged = await self._with_full_results(workflow_id, merged)
-        page = _within(merged, limit, self._list_max_bytes)
+        page = within_bounds(merged, limit, self._list_max_bytes)
         more = len(page) < len(merged) or durable.cut
         return EventPage(events=page, next_seq=page[-1].seq + 1 if more else 0)
 
@@ -319,11 +321,30 @@ class EventLog:
             first_hot = (await self._hot.read(workflow_id, cursor, 0)).first_seq
             if first_hot is not None:
                 durable = [event for event in durable if event.seq < first_hot]
+            elif self._publish_may_follow(workflow_id, durable):
+                # SQL shows a commit whose publish is still to come: past a missing seq
+                # (an ephemeral event) the rest waits for the hot tier.
+                durable = leading_run(durable, cursor)
             # Nothing at all yet: the caller waits for the next publish.
             return durable, durable[-1].seq + 1 if durable else cursor
         if page.cut or len(durable) == self._replay_page:
             return durable, durable[-1].seq + 1
         return durable, upper + 1  # the whole gap is read: go on from the hot tier
+
+    def _lane(self, workflow_id: str) -> GroupCommitter:
+        return self._lanes[hash(workflow_id) % len(self._lanes)]
+
+    def _publish_may_follow(self, workflow_id: str, durable: list[StoredEvent]) -> bool:
+        """Whether `durable`, read while the hot tier held nothing of the workflow, may have
+        been read between a commit and its publish. In process that is known; a hot tier
+        shared by replicas (one with a poll) may still get events committed within a poll
+        or two, and any it never gets are read from SQL once the poll finds them stale."""
+        if self._lane(workflow_id).unpublished(workflow_id):
+            return True
+        if self._poll is None or not durable:
+            return False
+        age = datetime.now(UTC) - _aware(durable[-1].timestamp)
+        return age.total_seconds() < STALE_POLLS * self._poll
 
     async def _durable(
         self, workflow_id: str, tenant_id: str, cursor: int, upper: int | None
@@ -339,29 +360,9 @@ class EventLog:
         )
 
 
-def _wanted(
-    batch: list[StoredEvent], wanted: frozenset[str] | None
-) -> tuple[list[StoredEvent], bool]:
-    """The events of `batch` a reader asked for, up to STREAM_END; and whether it came."""
-    ended = False
-    for index, event in enumerate(batch):
-        if event.type == "STREAM_END":
-            batch, ended = batch[: index + 1], True
-            break
-    if wanted is not None:
-        batch = [e for e in batch if e.type in wanted or e.type == "STREAM_END"]
-    return batch, ended
-
-
-def _within(events: list[StoredEvent], limit: int, max_bytes: int) -> list[StoredEvent]:
-    """The leading events of `events` up to `limit` of them and `max_bytes` of their sizes;
-    the first whatever its size."""
-    total = 0
-    for index, event in enumerate(events):
-        total += wire_bytes(event)
-        if index == limit or (index and total > max_bytes):
-            return events[:index]
-    return events
+def _aware(moment: datetime) -> datetime:
+    """SQLite gives timestamps back without their zone; they were written in UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _check_target(workflow_id: str, tenant_id: str) -> None:

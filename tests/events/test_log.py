@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Sequence
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -15,6 +15,7 @@ from services.events.log import EventLog
 from services.events.payloads import STREAM_RESULT_LIMIT
 from services.events.records import NewEvent, StoredEvent
 from services.events.store import SqlEventStore
+from tests.support.databases import EngineMaker
 
 from .helpers import collect, new, progress, seqs
 
@@ -363,3 +364,57 @@ async def test_nul_characters_are_stored_as_replacement_characters_everywhere(
     assert json.loads(whole.payload_json)["result"] == result.replace("\x00", "\ufffd")
     workflow = await event_log.get_workflow("wf-1", "t1")
     assert (workflow.query, workflow.result) == ("q\ufffd", "done\ufffd")
+
+
+class HeldPublishes(MemoryHotTier):
+    """The real hot tier, except that publishes wait until the test lets them through: the
+    moment a commit is in SQL and its events are not yet hot."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def publish(self, workflow_id: str, events: Sequence[StoredEvent]) -> None:
+        self.waiting.set()
+        await self.released.wait()
+        await super().publish(workflow_id, events)
+
+
+RUN_WITH_A_DELTA = [new("PROGRESS"), new("THREAD_MESSAGE_DELTA"), new("PROGRESS"), *FINISH]
+
+
+async def test_a_reader_between_a_commit_and_its_publish_waits_for_the_ephemeral_events(
+    store: SqlEventStore,
+) -> None:
+    hot = HeldPublishes()
+    event_log = EventLog(store, hot)
+    await make(event_log)
+    appending = asyncio.create_task(event_log.append("wf-1", "t1", RUN_WITH_A_DELTA))
+    await hot.waiting.wait()  # committed: SQL holds 1, 3, 4, 5; the hot tier nothing yet
+    subscriber = Subscriber(event_log.stream("wf-1", "t1"))
+    assert seqs(await subscriber.take(1)) == [1]
+    hot.released.set()
+    assert [(e.seq, e.type) for e in await subscriber.take(1)] == [(2, "THREAD_MESSAGE_DELTA")]
+    assert seqs(await subscriber.take(3)) == [3, 4, 5]
+    await asyncio.gather(appending, subscriber.task)
+
+
+async def test_a_replica_reading_another_ones_fresh_commit_waits_for_its_publish(
+    engines: EngineMaker,
+) -> None:
+    """Two replicas over one database and one shared hot tier (as Redis is): the reader's
+    replica has nothing in flight, yet the commit it reads is too fresh to have lost its
+    ephemeral events."""
+    shared = HeldPublishes()
+    writer = EventLog(SqlEventStore(engines()), shared)
+    reader = EventLog(SqlEventStore(engines()), shared, poll_seconds=30.0)
+    await make(writer)
+    appending = asyncio.create_task(writer.append("wf-1", "t1", RUN_WITH_A_DELTA))
+    await shared.waiting.wait()
+    subscriber = Subscriber(reader.stream("wf-1", "t1"))
+    assert seqs(await subscriber.take(1)) == [1]
+    shared.released.set()
+    assert [(e.seq, e.type) for e in await subscriber.take(1)] == [(2, "THREAD_MESSAGE_DELTA")]
+    assert seqs(await subscriber.take(3)) == [3, 4, 5]
+    await asyncio.gather(appending, subscriber.task)
