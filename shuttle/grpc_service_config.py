@@ -17,7 +17,8 @@ import json
 # FollowCommands and AppendStream (long-lived, resumed by their callers),
 # ToolService.Execute (a tool that did run would run twice, until calls are recorded by id),
 # DecideApproval, ExecutorService.StartRun, Run, Control and Interrupt (each acts once), and
-# every ToolProvider method (someone else's server; their callers decide).
+# every ToolProvider method (someone else's server; their callers decide), and health checks
+# (a readiness answer says how a backend is now; probes ask again themselves).
 IDEMPOTENT_METHODS: dict[str, tuple[str, ...]] = {
     # Reads, and the two writes that are idempotent by design: Append through (producer_id,
     # batch_seq), which the service answers with the first seqs when repeated, and RenewLease,
@@ -35,7 +36,6 @@ IDEMPOTENT_METHODS: dict[str, tuple[str, ...]] = {
     # had started when its connection broke costs a second model call.
     "shuttle.v1.PlannerService": ("StructuredCall", "SelectTools", "Plan", "AnalyzePlan", "Route"),
     "shuttle.v1.ExecutorService": ("GetRun",),
-    "grpc.health.v1.Health": ("Check",),
 }
 
 # Five attempts (gRPC's most) about 0.1, 0.2, 0.4, 0.8 s apart, each less a random share:
