@@ -9,12 +9,17 @@ from typing import Any
 import grpc
 
 from shuttle.grpc_auth import AUTHORIZATION, NO_CREDENTIAL, ChannelAuth
+from shuttle.grpc_service_config import SERVICE_CONFIG_OPTIONS
 from shuttle.grpc_tracing import client_interceptors
 
+# Every channel balances round_robin over its target's addresses and retries the idempotent
+# calls of Shuttle's services (grpc_service_config.py); a target is one address, an
+# ipv4:/ipv6: list or a DNS name (grpc_targets.py).
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+    *SERVICE_CONFIG_OPTIONS,
 ]
 
 
@@ -23,7 +28,8 @@ def open_channel(
 ) -> grpc.aio.Channel:
     """A channel whose calls carry `auth` (over TLS when it has certificates) and, unless
     `traced` is False, the caller's trace context to the service. A channel to anything but
-    Shuttle's own services (a tool provider) keeps the default: no credential of ours."""
+    Shuttle's own services (a tool provider) keeps the default: no credential of ours; it
+    balances over the provider's addresses too, and retries none of its methods."""
     interceptors = [*(client_interceptors() if traced else ()), *_bearers(auth)]
     credentials = auth.channel_credentials()
     if credentials is None:

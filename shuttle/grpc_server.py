@@ -52,6 +52,25 @@ class PortInUseError(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class ConnectionAge:
+    """How long the server keeps a client's connection (0: for good), and the grace the
+    calls on it get after its GOAWAY. A client whose connection ends opens a new one and
+    resolves its target again, so replicas started since (a scale-out) get calls; gRPC
+    spreads the ages by up to 10% so a replica's connections do not all end at once."""
+
+    seconds: float = 300.0
+    grace_seconds: float = 30.0
+
+    def options(self) -> list[tuple[str, int]]:
+        if self.seconds <= 0:
+            return []
+        return [
+            ("grpc.max_connection_age_ms", max(1, round(self.seconds * 1000))),
+            ("grpc.max_connection_age_grace_ms", round(self.grace_seconds * 1000)),
+        ]
+
+
 @dataclass
 class GrpcService:
     """One gRPC server hosting some shuttle.v1 services plus health and reflection; with
@@ -64,6 +83,7 @@ class GrpcService:
     on_stop: Sequence[Cleanup] = field(default_factory=tuple)
     auth: ServerAuth = NO_SERVER_AUTH
     roles: MethodRoles = field(default_factory=dict)
+    connection_age: ConnectionAge = field(default_factory=ConnectionAge)
     port: int = 0
     _server: grpc.aio.Server | None = None
     _health: health_aio.HealthServicer | None = None
@@ -79,7 +99,9 @@ class GrpcService:
         check = self.auth.interceptor(self.roles)
         if check is not None:
             interceptors.append(check)  # innermost: see grpc_auth._CallerCheck
-        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
+        server = grpc.aio.server(
+            options=[*SERVER_OPTIONS, *self.connection_age.options()], interceptors=interceptors
+        )
         self.register(server)
         health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)

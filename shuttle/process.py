@@ -7,7 +7,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from shuttle import event_loop
-from shuttle.grpc_server import GrpcService, PortInUseError, run_until_signalled
+from shuttle.grpc_server import ConnectionAge, GrpcService, PortInUseError, run_until_signalled
 from shuttle.heap import freeze_startup_heap
 from shuttle.logs import configure_logging
 from shuttle.metrics import serve_metrics
@@ -32,6 +32,10 @@ def main(service: str, build: ServiceFactory) -> None:
 
     async def serve() -> None:
         grpc_service = await build(settings)
+        grpc_service.connection_age = ConnectionAge(
+            settings.grpc_max_connection_age_seconds,
+            settings.grpc_max_connection_age_grace_seconds,
+        )
         freeze_startup_heap(settings.gc_freeze)
         await run_until_signalled(
             grpc_service,

@@ -20,6 +20,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .grpc_targets import client_target
 from .paced_signal import DEFAULT_SECONDS_PER_WAITER, SECONDS_PER_SSE_CLIENT
 
 DEFAULT_PORTS = {"events": 50051, "tools": 50052, "planner": 50053, "executor": 50054}
@@ -67,11 +68,20 @@ class Settings(BaseSettings):
     planner_port: int = Field(DEFAULT_PORTS["planner"], ge=0, le=65535)
     executor_host: str = "127.0.0.1"
     executor_port: int = Field(DEFAULT_PORTS["executor"], ge=0, le=65535)
-    # Client targets; empty means "<host>:<port>" of the settings above.
+    # Client targets; empty means "<host>:<port>" of the settings above. Each may list
+    # several replicas (`10.0.0.5:50051,10.0.0.6:50051`) or be a name resolving to all of them
+    # (`dns:///shuttle-events-headless:50051`); calls are spread round_robin over them
+    # (shuttle/grpc_targets.py, shuttle/grpc_service_config.py).
     events_addr: str = ""
     tools_addr: str = ""
     planner_addr: str = ""
     executor_addr: str = ""
+    # Each gRPC server ends a connection this long after it opened (a GOAWAY: new calls go
+    # on a new connection, which re-resolves the target, so replicas added since get calls),
+    # and gives the calls in flight on it the grace to finish; streams still open then are
+    # resumed by their callers. 0: connections live on.
+    grpc_max_connection_age_seconds: float = Field(300.0, ge=0)
+    grpc_max_connection_age_grace_seconds: float = Field(30.0, ge=0)
     # The credential every gRPC call between Shuttle's components carries (authorization:
     # Bearer); unset, the services accept only what reaches them on loopback.
     internal_token: str = Field("", repr=False)
@@ -248,6 +258,13 @@ class Settings(BaseSettings):
     log_format: str = Field("json", pattern="^(json|text)$")
     shutdown_grace_seconds: float = Field(10.0, ge=0)
 
+    @field_validator("events_addr", "tools_addr", "planner_addr", "executor_addr")
+    @classmethod
+    def _target_parses(cls, value: str) -> str:
+        if value:
+            client_target(value)  # load_settings names the variable
+        return value
+
     @field_validator("rate_limit")
     @classmethod
     def _rate_limit_parses(cls, value: str) -> str:
@@ -265,7 +282,7 @@ class Settings(BaseSettings):
     def grpc_target(self, service: str) -> str:
         explicit: str = getattr(self, f"{service}_addr")
         if explicit:
-            return explicit
+            return client_target(explicit, f"SHUTTLE_{service.upper()}_ADDR")
         host, port = self.grpc_bind(service)
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"

@@ -93,19 +93,6 @@ def test_gateway_probe_paths_exist() -> None:
     assert {"/healthz", "/readyz"} <= paths
 
 
-def test_client_addresses_point_at_real_services(manifests: list[dict[str, Any]]) -> None:
-    config = next(
-        c
-        for c in of_kind(manifests, "ConfigMap")
-        if c["metadata"]["name"].startswith("shuttle-config")
-    )
-    services = {s["metadata"]["name"]: s for s in of_kind(manifests, "Service")}
-    for name, port in DEFAULT_PORTS.items():
-        host, _, target_port = config["data"][f"SHUTTLE_{name.upper()}_ADDR"].partition(":")
-        assert int(target_port) == port
-        assert port in [p["port"] for p in services[host]["spec"]["ports"]]
-
-
 def test_network_policies_admit_only_declared_ports(manifests: list[dict[str, Any]]) -> None:
     deployments = shuttle_deployments(manifests)
     policies = {p["metadata"]["name"]: p for p in of_kind(manifests, "NetworkPolicy")}

@@ -75,6 +75,11 @@ class EventsProcess:
 
     def finished_streams(self) -> int:
         """StreamBatches calls this process has finished (ended, failed or cancelled)."""
+        return self.finished_calls(STREAM_BATCHES)
+
+    def finished_calls(self, method: str, code: str = "") -> int:
+        """Calls of `method` (a full name, /package.Service/Method) this process has
+        finished, with status `code` when given."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as reply:
             text = reply.read().decode()
@@ -83,7 +88,8 @@ class EventsProcess:
             for sample in family.samples:
                 if (
                     sample.name == "shuttle_grpc_server_handling_seconds_count"
-                    and sample.labels.get("method") == STREAM_BATCHES
+                    and sample.labels.get("method") == method
+                    and (not code or sample.labels.get("code") == code)
                 ):
                     total += sample.value
         return int(total)
