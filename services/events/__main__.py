@@ -23,6 +23,7 @@ from .migrate import migrate
 from .redis_hot import RedisHotTier
 from .retention import RetentionTask
 from .roles import CALLER_ROLES
+from .sole_replica import SoleReplica
 from .store import SqlEventStore
 from .sweeper import LeaseSweeper
 from .wire import SERVICE_NAME
@@ -64,6 +65,8 @@ async def build(settings: Settings) -> GrpcService:
         cleanups.append(redis_tier.close)
         log.info("hot tier: redis", extra={"prefix": settings.redis_key_prefix})
     else:
+        sole = await SoleReplica.claim(engine)
+        cleanups.append(sole.release)
         hot = MemoryHotTier(
             max_events=settings.events_hot_max_events,
             max_bytes=settings.events_hot_max_bytes,
