@@ -142,3 +142,23 @@ def test_each_service_admits_exactly_its_callers(manifests: list[dict[str, Any]]
             if "podSelector" in peer
         }
         assert admitted == callers, service
+
+
+def test_gateways_may_be_many_and_share_the_ticket_secret(
+    manifests: list[dict[str, Any]],
+) -> None:
+    gateway = shuttle_deployments(manifests)["gateway"]
+    (container,) = gateway["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    most = max(
+        [gateway["spec"]["replicas"]]
+        + [
+            hpa["spec"]["maxReplicas"]
+            for hpa in of_kind(manifests, "HorizontalPodAutoscaler")
+            if hpa["spec"]["scaleTargetRef"]["name"] == "shuttle-gateway"
+        ]
+    )
+    # As many as may run, so a gateway without the secret refuses to start.
+    assert int(env["SHUTTLE_GATEWAY_REPLICAS"]["value"]) >= most > 1
+    secret = env["SHUTTLE_TICKET_SECRET"]["valueFrom"]["secretKeyRef"]
+    assert secret == {"name": "shuttle-secrets", "key": "SHUTTLE_TICKET_SECRET"}
