@@ -23,6 +23,8 @@ MODES = {
 
 
 RUN_LIMIT_RETRY_SECONDS = 10
+# How long a task waits for an executor to be reachable and to start its run.
+START_RUN_TIMEOUT_SECONDS = 15.0
 """Retry-After of a start refused for the tenant's concurrent runs: about how soon one of
 them may have ended."""
 
@@ -123,7 +125,14 @@ async def submit(
         context_json=json_text(spec.context) if spec.context else "",
     )
     try:
-        started = await backends.executor.StartRun(request, metadata=tenant_metadata(tenant_id))
+        # Waits for a reachable executor (one restarting, or the only one back after a
+        # restart) rather than failing at once: StartRun is not retried, as it acts once.
+        started = await backends.executor.StartRun(
+            request,
+            metadata=tenant_metadata(tenant_id),
+            wait_for_ready=True,
+            timeout=START_RUN_TIMEOUT_SECONDS,
+        )
     except BaseException as exc:
         await index.release(reservation)
         if run_limit_reached(exc):

@@ -19,6 +19,12 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+    # round_robin keeps reconnecting to a replica that went away, backing off each time (to
+    # two minutes by default): capped at a second, a replica that restarts is back in turn
+    # within one, as the retries above expect.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
     *SERVICE_CONFIG_OPTIONS,
 ]
 
