@@ -2,18 +2,27 @@
 
 Paths are resolved (following symlinks) and must stay under the workspace root; the last
 component is opened with O_NOFOLLOW so a symlink swapped in after the check is refused too.
+
+Replicas of the tools service may share the root (one volume): everything about a workspace
+is on disk, and a write checks the quota and writes under a lock on a file beside the
+workspace (`<workflow>+lock`: '+' is in no directory name, see safe_segment), so writes
+through several replicas cannot together pass the quota.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from services.tools.catalog import ToolError
 from services.tools.context import CallInfo, safe_segment
+
+LOCK_SUFFIX = "+lock"
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,33 @@ class Workspace:
                 f"exceeded ({after:,} bytes); delete files or write less"
             )
 
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Held by one writer at a time, in this process or any other on the same root
+        (flock, which blocks: call it off the event loop)."""
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = self.root.parent / f"{self.root.name}{LOCK_SUFFIX}"
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def write_within_quota(
+        self, path: Path, data: bytes, *, append: bool = False, max_file_bytes: int
+    ) -> None:
+        """Write `data` unless the file or the workspace would outgrow its limit, checked
+        and written under the workspace's lock."""
+        with self.locked():
+            existing = path.stat().st_size if path.is_file() else 0
+            if (existing if append else 0) + len(data) > max_file_bytes:
+                raise ToolError(
+                    f"file_ops: files are limited to {max_file_bytes:,} bytes; write less"
+                )
+            self.check_quota(len(data), replacing=0 if append else existing)
+            self.write_bytes(path, data, append=append)
+
     def write_bytes(self, path: Path, data: bytes, *, append: bool = False) -> None:
         """Write without following a symlink at `path` (O_NOFOLLOW)."""
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,6 +142,8 @@ class Workspaces:
         if not path.is_dir() or path.is_symlink():
             return False
         shutil.rmtree(path)
+        with contextlib.suppress(OSError):
+            path.with_name(path.name + LOCK_SUFFIX).unlink()
         with contextlib.suppress(OSError):
             (self._root / tenant).rmdir()  # only when the tenant has no workspace left
         return True

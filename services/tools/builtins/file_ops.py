@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from typing import Any
@@ -82,11 +83,12 @@ class FileOps:
             raise ToolError(f"file_ops: '{operation}' needs 'content'")
         data = args["content"].encode("utf-8")
         append = operation == "append"
-        existing = path.stat().st_size if path.is_file() else 0
-        if (existing if append else 0) + len(data) > self._max_file_bytes:
-            raise ToolError(
-                f"file_ops: files are limited to {self._max_file_bytes:,} bytes; write less"
-            )
-        workspace.check_quota(len(data), replacing=0 if append else existing)
-        workspace.write_bytes(path, data, append=append)
+        # In a thread: the workspace's lock may be held by a write through another replica.
+        await asyncio.to_thread(
+            workspace.write_within_quota,
+            path,
+            data,
+            append=append,
+            max_file_bytes=self._max_file_bytes,
+        )
         return ToolOutput(text=f"{'appended' if append else 'wrote'} {len(data)} bytes to {shown}")
