@@ -1,10 +1,8 @@
-"""Approvals and workspaces across real processes: the events service and two tools-service
-replicas."""
+"""Approvals across real processes: the events service and two tools-service replicas."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -35,7 +33,6 @@ def processes(tmp_path: Path) -> Iterator[dict[str, int]]:
         "SHUTTLE_EVENTS_PORT": str(events_port),
         "SHUTTLE_TOOL_HOOKS_FILE": str(hooks),
         "SHUTTLE_APPROVAL_TIMEOUT_SECONDS": "3",
-        "SHUTTLE_TOOL_WORKSPACE_DIR": str(tmp_path / "shared-workspaces"),
         "SHUTTLE_LOG_LEVEL": "WARNING",
     }
     started = [
@@ -119,27 +116,3 @@ async def test_approval_across_processes(stubs: dict[str, object], decision: str
     else:
         assert response.blocked
         assert ("final" if decision == "denied" else "within 3 seconds") in response.block_reason
-
-
-def file_ops(workflow_id: str, call_id: str, **args: str) -> tools_pb2.ExecuteRequest:
-    return tools_pb2.ExecuteRequest(
-        workflow_id=workflow_id,
-        tenant_id=TENANT,
-        call_id=call_id,
-        tool_name="file_ops",
-        arguments_json=json.dumps(args),
-    )
-
-
-async def test_a_runs_files_are_the_same_on_every_replica(
-    stubs: dict[str, object], tmp_path: Path
-) -> None:
-    events, replica_a, replica_b = stubs["events"], stubs["a"], stubs["b"]
-    workflow_id = await create_workflow(events, TENANT)  # type: ignore[arg-type]
-    write = file_ops(workflow_id, "w1", operation="write", path="notes.txt", content="from a")
-    written = await replica_a.Execute(write)  # type: ignore[attr-defined]
-    assert not written.error, written.observation
-    read = await replica_b.Execute(file_ops(workflow_id, "r1", operation="read", path="notes.txt"))  # type: ignore[attr-defined]
-    assert "from a" in read.observation
-    stored = tmp_path / "shared-workspaces" / TENANT / workflow_id / "notes.txt"
-    assert stored.read_text() == "from a"
