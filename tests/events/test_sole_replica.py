@@ -33,4 +33,3 @@ def test_a_second_replica_without_redis_refuses_until_the_first_is_gone(
     finally:
         first.stop()
         second.stop()
-
