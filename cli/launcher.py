@@ -74,7 +74,10 @@ class Supervisor:
     def __post_init__(self) -> None:
         self.token = self.token or self.settings.internal_token or secrets.token_urlsafe(32)
         self.ticket_secret = (
-            self.ticket_secret or self.settings.ticket_secret or secrets.token_urlsafe(32)
+            self.ticket_secret
+            or self.extra_env.get("SHUTTLE_TICKET_SECRET", "")
+            or self.settings.ticket_secret
+            or secrets.token_urlsafe(32)
         )
 
     @property
@@ -118,19 +121,23 @@ class Supervisor:
             self.stop()
             raise
 
-    def _spawn(self, point: Endpoint, timeout_seconds: float) -> None:
-        """Start one process and wait until it is healthy."""
+    def process_environment(self, point: Endpoint) -> dict[str, str]:
+        """The environment of one process: the launch's, its own port, its extras."""
         own = {point.variable: str(point.port)}
         if point.service == "gateway" and is_replicated(self.replicas):
             own["SHUTTLE_GATEWAY_REPLICAS"] = str(self.replicas.get("gateway", 1))
             own["SHUTTLE_TICKET_SECRET"] = self.ticket_secret
+        return {**self.environment(), **own, **self.process_env.get(point.name, {})}
+
+    def _spawn(self, point: Endpoint, timeout_seconds: float) -> None:
+        """Start one process and wait until it is healthy."""
         if point.name in self._logs:
             self._logs.pop(point.name).close()
         log = open(self.log_dir / f"{point.name}.log", "ab")  # noqa: SIM115
         self._logs[point.name] = log
         self.processes[point.name] = subprocess.Popen(
             [sys.executable, "-m", MODULES[point.service]],
-            env={**self.environment(), **own, **self.process_env.get(point.name, {})},
+            env=self.process_environment(point),
             stdout=log,
             stderr=subprocess.STDOUT,
             # A Ctrl-C in the terminal reaches only the supervisor, which then stops
