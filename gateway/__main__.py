@@ -44,6 +44,12 @@ def main() -> None:
             f"shuttle gateway: refusing to listen on {host} without authentication; "
             "set SHUTTLE_AUTH=required or bind SHUTTLE_GATEWAY_HOST to 127.0.0.1"
         )
+    if settings.gateway_replicas > 1 and not settings.ticket_secret:
+        sys.exit(
+            f"shuttle gateway: {settings.gateway_replicas} gateway replicas need one "
+            "SHUTTLE_TICKET_SECRET shared by all of them (a stream ticket from one must pass on "
+            "another); set it, e.g. to the output of `openssl rand -hex 32`"
+        )
     try:
         sock = bind_socket(host, port)
     except OSError as exc:

@@ -94,7 +94,9 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.tickets = signer
-    app.state.rate_limiter = RateLimiter(settings.rate_limit)
+    app.state.rate_limiter = RateLimiter(
+        settings.rate_limit, settings.redis_url, settings.redis_key_prefix
+    )
     app.state.grpc_web = GrpcWebProxy()
     install_error_handlers(app)
     install_openapi(app)

@@ -97,8 +97,12 @@ class Settings(BaseSettings):
     default_tenant: str = "default"
     # Requests per API key (or per client while auth is off), in `limits` notation.
     rate_limit: str = "600/minute"
-    # HMAC key of EventSource stream tickets; empty: a random one per gateway process.
-    ticket_secret: str = ""
+    # HMAC key of EventSource stream tickets; empty: a random one per gateway process, which
+    # only a single gateway can use (a ticket must pass on whichever replica it reaches).
+    ticket_secret: str = Field("", repr=False)
+    # How many gateway replicas serve this deployment (`shuttle up --replicas` and the k8s
+    # manifests set it); more than one requires ticket_secret.
+    gateway_replicas: int = Field(1, ge=1)
     ticket_ttl_seconds: int = Field(300, ge=1, le=86_400)
     # Browser origins allowed to call the gateway cross-origin (grpc-web, API); comma list.
     cors_origins: str = ""

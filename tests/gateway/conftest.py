@@ -17,6 +17,11 @@ import httpx
 import pytest
 
 from shuttle.settings import Settings
+from tests.support.databases import (  # noqa: F401 - fixtures
+    private_redis,
+    redis_prefix,
+    redis_server,
+)
 from tests.support.events_process import EventsProcess
 from tests.support.gateway_server import GatewayServer
 from tests.support.stack import Stack, start_stack

@@ -230,3 +230,38 @@ def test_gateway_refuses_a_public_address_without_auth(tmp_path) -> None:
     assert done.returncode != 0
     assert "refusing to listen on 0.0.0.0 without authentication" in done.stderr
     assert "SHUTTLE_AUTH=required" in done.stderr
+
+
+def sse_status(url: str, workflow_id: str, ticket: str) -> int:
+    with httpx.stream(
+        "GET", f"{url}/api/v1/stream/sse", params={"workflow_id": workflow_id, "ticket": ticket}
+    ) as response:
+        return response.status_code
+
+
+@pytest.mark.parametrize(
+    "gateway_server", [{}, {"ticket_secret": "another-deployment"}], indirect=True
+)
+def test_a_ticket_passes_on_every_gateway_sharing_the_secret(
+    auth_stack: AuthStack, gateway_server: GatewayServer, finished_a: str
+) -> None:
+    with auth_stack.client(auth_stack.key_a) as own:
+        ticket = own.post("/api/v1/stream/ticket", json={"workflow_id": finished_a}).json()
+    shared = gateway_server.app.state.settings.ticket_secret == TICKET_SECRET
+    status = sse_status(gateway_server.url, finished_a, ticket["ticket"])
+    assert status == (200 if shared else 401)
+
+
+@pytest.mark.integration
+def test_gateway_replicas_refuse_to_start_without_a_shared_ticket_secret(tmp_path) -> None:
+    env = {
+        **os.environ,
+        "SHUTTLE_GATEWAY_REPLICAS": "2",
+        "SHUTTLE_TICKET_SECRET": "",
+        "SHUTTLE_DATA_DIR": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert "2 gateway replicas need one SHUTTLE_TICKET_SECRET" in done.stderr
