@@ -45,10 +45,11 @@ def banner(settings: Settings, points: list[Endpoint], log_dir: str, token_file:
         model = f"{settings.model or 'endpoint default'} at {settings.openai_base_url or 'OpenAI'}"
     extract = "python3 -c 'import json,sys; print(json.load(sys.stdin)[\"workflow_id\"])'"
     storage = settings.database_url or f"SQLite at {settings.data_dir / 'shuttle.db'}"
+    hot_tier = "in Redis (SHUTTLE_REDIS_URL)" if settings.redis_url else "in-process"
     return f"""
 Shuttle is running.
 {rows}
-  storage   {storage}; hot tier in-process
+  storage   {storage}; hot tier {hot_tier}
   model     {model}
   logs      {log_dir}/<service>.log (replicas: <service>-2.log, …)
   gRPC key  {token_file} (grpcurl -H "authorization: Bearer $(cat {token_file})" …)

@@ -111,3 +111,10 @@ def test_the_banner_lists_every_replica(tmp_path: Path) -> None:
         ("gateway-2", "127.0.0.1:8081"),
     ]:
         assert any(line.split()[:2] == [name, address] for line in text.splitlines()), text
+
+
+def test_the_banner_names_the_shared_hot_tier(tmp_path: Path) -> None:
+    supervisor = Supervisor(shared(), tmp_path, replicas=parse_spec("2"))
+    assert "hot tier in Redis" in banner(supervisor.settings, supervisor.endpoints, "l", "t")
+    alone = Supervisor(Settings(redis_url=""), tmp_path)
+    assert "hot tier in-process" in banner(alone.settings, alone.endpoints, "l", "t")
