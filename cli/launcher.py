@@ -93,8 +93,8 @@ class Supervisor:
 
     def environment(self) -> dict[str, str]:
         s = self.settings
-        pinned = {f"SHUTTLE_{e.name.upper()}_PORT": str(e.port) for e in endpoints(s)}
-        pinned |= {f"SHUTTLE_{e.name.upper()}_HOST": e.host for e in endpoints(s)}
+        pinned = {f"SHUTTLE_{e.service.upper()}_PORT": str(e.port) for e in endpoints(s)}
+        pinned |= {f"SHUTTLE_{e.service.upper()}_HOST": e.host for e in endpoints(s)}
         pinned["SHUTTLE_DATA_DIR"] = str(s.data_dir)
         if is_replicated(self.replicas):
             pinned |= client_targets(self.endpoints)
