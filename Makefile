@@ -32,8 +32,10 @@ proto: $(STAMP)
 $(STUBS): $(PROTOS) | $(STAMP)
 	@$(MAKE) --no-print-directory proto
 
+# REPLICAS=3 or REPLICAS=executor=3,gateway=2: several processes per service (needs
+# SHUTTLE_DATABASE_URL on PostgreSQL and SHUTTLE_REDIS_URL).
 run: install
-	$(PY) -m cli up
+	$(PY) -m cli up $(if $(REPLICAS),--replicas '$(REPLICAS)')
 
 test: install
 	$(PY) -m pytest -q

@@ -56,6 +56,7 @@ SUITE = (
     Benchmark("sse_fanout", "bench.suites.sse_fanout"),
     Benchmark("sse_idle", "bench.suites.sse_idle"),
     Benchmark("run_memory", "bench.suites.run_memory"),
+    Benchmark("replicas", "bench.suites.replicas"),
 )
 
 

@@ -1,4 +1,5 @@
-"""Starts the five Shuttle processes, waits until each is healthy, stops them together."""
+"""Starts the Shuttle processes (five, or more with replicas), waits until each is healthy,
+stops them together."""
 
 from __future__ import annotations
 
@@ -18,36 +19,19 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from cli.replicas import GRPC_SERVICES, Endpoint, client_targets, endpoints, is_replicated
 from shuttle.grpc_auth import ChannelAuth, TlsFiles
 from shuttle.grpc_client import open_blocking_channel
 from shuttle.settings import Settings, SettingsError, child_environment
 
-# Start order: what the executor calls must be up before it.
-GRPC_SERVICES = ("events", "tools", "planner", "executor")
-ALL_PROCESSES = (*GRPC_SERVICES, "gateway")
 MODULES = {name: f"services.{name}" for name in GRPC_SERVICES} | {"gateway": "gateway"}
 # Under the data dir: the launch's internal token, for an operator's grpcurl.
 TOKEN_FILE = "internal-token"
+__all__ = ["GRPC_SERVICES", "Endpoint", "LaunchError", "Supervisor", "endpoints"]
 
 
 class LaunchError(RuntimeError):
     pass
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    name: str
-    host: str
-    port: int
-
-    @property
-    def variable(self) -> str:
-        return f"SHUTTLE_{self.name.upper()}_PORT"
-
-
-def endpoints(settings: Settings) -> list[Endpoint]:
-    found = [Endpoint(name, *settings.grpc_bind(name)) for name in GRPC_SERVICES]
-    return [*found, Endpoint("gateway", settings.gateway_host, settings.gateway_port)]
 
 
 def busy_ports(points: list[Endpoint]) -> list[str]:
@@ -59,9 +43,10 @@ def busy_ports(points: list[Endpoint]) -> list[str]:
             try:
                 sock.bind((point.host, point.port))
             except OSError:
+                offset = "" if point.replica == 1 else " (the replicas' ports follow from it)"
                 problems.append(
                     f"port {point.port} ({point.name}) on {point.host} is already in use: "
-                    f"stop the process using it or set {point.variable} to a free port"
+                    f"stop the process using it or set {point.variable} to a free port{offset}"
                 )
     return problems
 
@@ -75,14 +60,32 @@ class Supervisor:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     process_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Variables for one process only, by name (e.g. a metrics port each)."""
+    replicas: Mapping[str, int] = field(default_factory=dict)
+    """Processes per service (cli/replicas.py); a service not named has one."""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     token: str = ""
     """The credential every process is given: SHUTTLE_INTERNAL_TOKEN when set, else a new
     one per launch."""
-    _logs: list[IO[bytes]] = field(default_factory=list)
+    ticket_secret: str = ""
+    """Replicated gateways' shared stream-ticket key: SHUTTLE_TICKET_SECRET when set, else
+    a new one per launch (a ticket from one gateway is then good at every other)."""
+    _logs: dict[str, IO[bytes]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.token = self.token or self.settings.internal_token or secrets.token_urlsafe(32)
+        self.ticket_secret = (
+            self.ticket_secret
+            or self.extra_env.get("SHUTTLE_TICKET_SECRET", "")
+            or self.settings.ticket_secret
+            or secrets.token_urlsafe(32)
+        )
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        return endpoints(self.settings, self.replicas)
+
+    def endpoint(self, name: str) -> Endpoint:
+        return next(point for point in self.endpoints if point.name == name)
 
     @property
     def token_file(self) -> Path:
@@ -90,9 +93,11 @@ class Supervisor:
 
     def environment(self) -> dict[str, str]:
         s = self.settings
-        pinned = {f"SHUTTLE_{e.name.upper()}_PORT": str(e.port) for e in endpoints(s)}
-        pinned |= {f"SHUTTLE_{e.name.upper()}_HOST": e.host for e in endpoints(s)}
+        pinned = {f"SHUTTLE_{e.service.upper()}_PORT": str(e.port) for e in endpoints(s)}
+        pinned |= {f"SHUTTLE_{e.service.upper()}_HOST": e.host for e in endpoints(s)}
         pinned["SHUTTLE_DATA_DIR"] = str(s.data_dir)
+        if is_replicated(self.replicas):
+            pinned |= client_targets(self.endpoints)
         return child_environment({**pinned, **self.extra_env, "SHUTTLE_INTERNAL_TOKEN": self.token})
 
     def channel_auth(self) -> ChannelAuth:
@@ -103,30 +108,55 @@ class Supervisor:
             raise LaunchError(str(exc)) from None
 
     def start(self, timeout_seconds: float = 30.0) -> None:
-        problems = busy_ports(endpoints(self.settings))
+        problems = busy_ports(self.endpoints)
         if problems:
             raise LaunchError("\n".join(problems))
-        probe = self.channel_auth()
+        self.channel_auth()  # certificate problems refused before any process starts
         self.log_dir.mkdir(parents=True, exist_ok=True)
         write_private(self.token_file, self.token)
-        env = self.environment()
         try:
-            for point in endpoints(self.settings):
-                log = open(self.log_dir / f"{point.name}.log", "ab")  # noqa: SIM115
-                self._logs.append(log)
-                self.processes[point.name] = subprocess.Popen(
-                    [sys.executable, "-m", MODULES[point.name]],
-                    env={**env, **self.process_env.get(point.name, {})},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    # A Ctrl-C in the terminal reaches only the supervisor, which then stops
-                    # the services in order (gateway first, events last).
-                    start_new_session=True,
-                )
-                self._wait_healthy(point, probe, time.monotonic() + timeout_seconds)
+            for point in self.endpoints:
+                self._spawn(point, timeout_seconds)
         except BaseException:
             self.stop()
             raise
+
+    def process_environment(self, point: Endpoint) -> dict[str, str]:
+        """The environment of one process: the launch's, its own port, its extras."""
+        own = {point.variable: str(point.port)}
+        if point.service == "gateway" and is_replicated(self.replicas):
+            own["SHUTTLE_GATEWAY_REPLICAS"] = str(self.replicas.get("gateway", 1))
+            own["SHUTTLE_TICKET_SECRET"] = self.ticket_secret
+        return {**self.environment(), **own, **self.process_env.get(point.name, {})}
+
+    def _spawn(self, point: Endpoint, timeout_seconds: float) -> None:
+        """Start one process and wait until it is healthy."""
+        if point.name in self._logs:
+            self._logs.pop(point.name).close()
+        log = open(self.log_dir / f"{point.name}.log", "ab")  # noqa: SIM115
+        self._logs[point.name] = log
+        self.processes[point.name] = subprocess.Popen(
+            [sys.executable, "-m", MODULES[point.service]],
+            env=self.process_environment(point),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            # A Ctrl-C in the terminal reaches only the supervisor, which then stops
+            # the services in order (gateway first, events last).
+            start_new_session=True,
+        )
+        self._wait_healthy(point, self.channel_auth(), time.monotonic() + timeout_seconds)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one process (a replica lost), leaving the others running."""
+        process = self.processes[name]
+        process.kill()
+        process.wait()
+
+    def restart(self, name: str, timeout_seconds: float = 60.0) -> None:
+        """Start a stopped process again on its own port; returns once it is healthy."""
+        if self.processes[name].poll() is None:
+            raise LaunchError(f"{name} is still running")
+        self._spawn(self.endpoint(name), timeout_seconds)
 
     def _wait_healthy(self, point: Endpoint, probe: ChannelAuth, deadline: float) -> None:
         process = self.processes[point.name]
@@ -163,7 +193,7 @@ class Supervisor:
                     process.kill()
                     process.wait()
         self.processes.clear()
-        for log in self._logs:
+        for log in self._logs.values():
             log.close()
         self._logs.clear()
         self.token_file.unlink(missing_ok=True)
@@ -182,7 +212,7 @@ def write_private(path: Path, text: str) -> None:
 
 def _is_healthy(point: Endpoint, probe: ChannelAuth) -> bool:
     host = "127.0.0.1" if point.host in ("0.0.0.0", "") else point.host
-    if point.name == "gateway":
+    if point.service == "gateway":
         with contextlib.suppress(httpx.HTTPError):
             return httpx.get(f"http://{host}:{point.port}/readyz", timeout=2.0).status_code == 200
         return False

@@ -17,7 +17,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TypeVar
 
-from cli.launcher import LaunchError, Supervisor, endpoints
+from cli.launcher import LaunchError, Supervisor
+from cli.replicas import Endpoint, ReplicaSpecError, check_shared_state, parse_spec
 from shuttle.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
@@ -26,12 +27,13 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def banner(settings: Settings, log_dir: str, token_file: str) -> str:
+def banner(settings: Settings, points: list[Endpoint], log_dir: str, token_file: str) -> str:
     gateway = f"http://{settings.gateway_host}:{settings.gateway_port}"
+    width = max(9, *(len(p.name) for p in points))
     rows = "\n".join(
-        f"  {p.name:<9} {p.host}:{p.port}"
-        + ("   HTTP API + SSE" if p.name == "gateway" else "   gRPC")
-        for p in endpoints(settings)
+        f"  {p.name:<{width}} {p.host}:{p.port}"
+        + ("   HTTP API + SSE" if p.service == "gateway" else "   gRPC")
+        for p in points
     )
     if settings.uses_demo_model:
         model = (
@@ -43,12 +45,13 @@ def banner(settings: Settings, log_dir: str, token_file: str) -> str:
         model = f"{settings.model or 'endpoint default'} at {settings.openai_base_url or 'OpenAI'}"
     extract = "python3 -c 'import json,sys; print(json.load(sys.stdin)[\"workflow_id\"])'"
     storage = settings.database_url or f"SQLite at {settings.data_dir / 'shuttle.db'}"
+    hot_tier = "in Redis (SHUTTLE_REDIS_URL)" if settings.redis_url else "in-process"
     return f"""
 Shuttle is running.
 {rows}
-  storage   {storage}; hot tier in-process
+  storage   {storage}; hot tier {hot_tier}
   model     {model}
-  logs      {log_dir}/<service>.log
+  logs      {log_dir}/<service>.log (replicas: <service>-2.log, …)
   gRPC key  {token_file} (grpcurl -H "authorization: Bearer $(cat {token_file})" …)
   console   {gateway}/   (auth {settings.auth.value}; CLI: shuttle run "What is 12*7?")
 
@@ -66,9 +69,15 @@ Press Ctrl-C to stop.
 """
 
 
-def up(settings: Settings) -> int:
+def up(settings: Settings, replicas: str | None = None) -> int:
+    try:
+        counts = parse_spec(replicas) if replicas is not None else {}
+        check_shared_state(settings, counts)
+    except ReplicaSpecError as exc:
+        print(f"shuttle up: {exc}", file=sys.stderr)
+        return 2
     log_dir = settings.data_dir / "logs"
-    supervisor = Supervisor(settings, log_dir)
+    supervisor = Supervisor(settings, log_dir, replicas=counts)
     stopping = False
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -77,13 +86,17 @@ def up(settings: Settings) -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    print("Starting Shuttle: events, tools, planner, executor, gateway …", flush=True)
+    names = ", ".join(p.name for p in supervisor.endpoints)
+    print(f"Starting Shuttle: {names} …", flush=True)
     try:
         supervisor.start()
     except LaunchError as exc:
         print(f"shuttle: could not start:\n{exc}", file=sys.stderr)
         return 1
-    print(banner(settings, str(log_dir), str(supervisor.token_file)), flush=True)
+    print(
+        banner(settings, supervisor.endpoints, str(log_dir), str(supervisor.token_file)),
+        flush=True,
+    )
     try:
         while not stopping:
             crashed = supervisor.crashed()
@@ -177,7 +190,14 @@ def revoke_key(settings: Settings, key_id: str) -> int:
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="shuttle", description=__doc__.splitlines()[0])
     commands = root.add_subparsers(dest="command", required=True)
-    commands.add_parser("up", help="start all services on this machine (embedded defaults)")
+    up_cmd = commands.add_parser("up", help="start all services on this machine")
+    up_cmd.add_argument(
+        "--replicas",
+        metavar="SPEC",
+        help="processes per service: a number for every service, or a list such as "
+        "executor=3,gateway=2 (others: 1); needs SHUTTLE_DATABASE_URL (PostgreSQL) and "
+        "SHUTTLE_REDIS_URL",
+    )
     run_cmd = commands.add_parser("run", help="run a task and watch it live")
     run_cmd.add_argument("query")
     events_cmd = commands.add_parser("events", help="print a workflow's event log")
@@ -236,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     except SettingsError as exc:
         sys.exit(f"shuttle: {exc}")
     if args.command == "up":
-        sys.exit(up(settings))
+        sys.exit(up(settings, args.replicas))
     if args.command == "apikey" and args.apikey_command == "revoke":
         sys.exit(revoke_key(settings, args.key_id))
     if args.command == "apikey":

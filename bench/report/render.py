@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.support.results import REFERENCE_LOOP_ADDITIONS
 
-from . import sections_engine, sections_events, sections_runs
+from . import sections_engine, sections_events, sections_replicas, sections_runs
 from .aims import aims_table
 from .context import Context
 from .load import Results
@@ -23,6 +23,7 @@ SECTIONS: tuple[Callable[[Context], str], ...] = (
     sections_engine.react_overhead,
     sections_runs.react_concurrency,
     sections_runs.run_memory,
+    sections_replicas.replicas,
     sections_engine.end_to_end,
     sections_engine.tool_hooks,
     sections_events.events_append,

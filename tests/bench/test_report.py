@@ -43,6 +43,7 @@ def test_every_section_and_chart_is_rendered(rendered: tuple[Path, Path]) -> Non
         "## ReAct engine overhead per iteration",
         "## Concurrent runs against a slow model",
         "## Memory per in-flight run",
+        "## One executor against three",
         "## One task end to end",
         "### Append throughput",
         "### Through the gateway to SSE clients",
@@ -50,6 +51,8 @@ def test_every_section_and_chart_is_rendered(rendered: tuple[Path, Path]) -> Non
         "## Reproducing",
     ):
         assert heading in text, heading
+    # Runs spread over the executors, one count each.
+    assert "| 3 | 30.3 | 35.7 | " in text and "| 10, 10, 10 |" in text
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert sorted(Path(link).name for link in links) == sorted(p.name for p in images.iterdir())
     assert len(links) == 6

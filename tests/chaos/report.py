@@ -27,6 +27,10 @@ ORDER = [
     "model-rate-limited",
     "executor-lost",
     "tools-restarted",
+    "replica-lost-events",
+    "replica-lost-tools",
+    "replica-lost-planner",
+    "replica-lost-gateway",
 ]
 PENDING = {
     "executor-lost": "executor owning the run killed",

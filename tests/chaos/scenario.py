@@ -22,6 +22,8 @@ SUBSCRIBER_GIVE_UP_SECONDS = 240.0
 class Scenario:
     client: httpx.AsyncClient
     channel: grpc.aio.Channel
+    fallbacks: list[httpx.AsyncClient] = field(default_factory=list)
+    """Other gateways a subscriber turns to when its connection is lost."""
     workflow_ids: list[str] = field(default_factory=list)
     subscriptions: list[Subscription] = field(default_factory=list)
     _readers: list[asyncio.Task[Subscription]] = field(default_factory=list)
@@ -47,6 +49,7 @@ class Scenario:
                     cut_after=cut_after,
                     stall=stall,
                     give_up_after_seconds=SUBSCRIBER_GIVE_UP_SECONDS,
+                    fallbacks=self.fallbacks,
                 )
             )
         )

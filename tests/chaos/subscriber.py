@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,12 +62,15 @@ async def follow(
     cut_after: Collection[int] = (),
     stall: Stall | None = None,
     give_up_after_seconds: float = 120.0,
+    fallbacks: Sequence[httpx.AsyncClient] = (),
 ) -> Subscription:
     """Read `sub`'s workflow as typed SSE to STREAM_END, resuming after every interruption.
 
     `cut_after`: drop the connection right after receiving the Nth event (1-based count of
-    events received so far), then resume with Last-Event-ID.
+    events received so far), then resume with Last-Event-ID. `fallbacks`: other gateways,
+    tried in turn after a connection fails or ends without STREAM_END (a lost gateway).
     """
+    clients = [client, *fallbacks]
     deadline = time.monotonic() + give_up_after_seconds
     backoff = RECONNECT_FIRST_SECONDS
     lost_at: float | None = None
@@ -95,6 +98,8 @@ async def follow(
             sub.errors.append(f"{type(exc).__name__}: {exc}")
         if sub.ended:
             break
+        clients.append(clients.pop(0))
+        client = clients[0]
         lost_at = lost_at or time.monotonic()
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, RECONNECT_MAX_SECONDS)
