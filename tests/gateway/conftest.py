@@ -4,7 +4,6 @@ tenants made the way an operator makes them (`shuttle apikey create`)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import httpx
 import pytest
 
 from shuttle.settings import Settings
+from tests.support.api_keys import create_api_key
 from tests.support.databases import (  # noqa: F401 - fixtures
     private_redis,
     redis_prefix,
@@ -62,17 +62,7 @@ class AuthStack:
 
 
 def create_key(data_dir: Path, tenant: str) -> str:
-    env = {**os.environ, "SHUTTLE_DATA_DIR": str(data_dir), "SHUTTLE_DATABASE_URL": ""}
-    done = subprocess.run(
-        [sys.executable, "-m", "cli", "apikey", "create", "--tenant", tenant],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert "shown once" in done.stderr
-    return done.stdout.strip()
+    return create_api_key(tenant, {"SHUTTLE_DATA_DIR": str(data_dir), "SHUTTLE_DATABASE_URL": ""})
 
 
 @pytest.fixture(scope="session")

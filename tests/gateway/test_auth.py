@@ -218,18 +218,28 @@ def test_each_key_has_its_own_rate_limit(
 
 @pytest.mark.integration
 def test_gateway_refuses_a_public_address_without_auth(tmp_path) -> None:
-    env = {
-        **os.environ,
-        "SHUTTLE_GATEWAY_HOST": "0.0.0.0",
-        "SHUTTLE_AUTH": "off",
-        "SHUTTLE_DATA_DIR": str(tmp_path),
-    }
+    refusal = gateway_refusal(
+        {
+            "SHUTTLE_GATEWAY_HOST": "0.0.0.0",
+            "SHUTTLE_AUTH": "off",
+            "SHUTTLE_DATA_DIR": str(tmp_path),
+        }
+    )
+    assert "refusing to listen on 0.0.0.0 without authentication" in refusal
+    assert "SHUTTLE_AUTH=required" in refusal
+
+
+def gateway_refusal(variables: dict[str, str]) -> str:
+    """What `python -m gateway` says as it refuses to start with `variables` set."""
     done = subprocess.run(
-        [sys.executable, "-m", "gateway"], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "gateway"],
+        env={**os.environ, **variables},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode != 0
-    assert "refusing to listen on 0.0.0.0 without authentication" in done.stderr
-    assert "SHUTTLE_AUTH=required" in done.stderr
+    return done.stderr
 
 
 def sse_status(url: str, workflow_id: str, ticket: str) -> int:
@@ -254,14 +264,11 @@ def test_a_ticket_passes_on_every_gateway_sharing_the_secret(
 
 @pytest.mark.integration
 def test_gateway_replicas_refuse_to_start_without_a_shared_ticket_secret(tmp_path) -> None:
-    env = {
-        **os.environ,
-        "SHUTTLE_GATEWAY_REPLICAS": "2",
-        "SHUTTLE_TICKET_SECRET": "",
-        "SHUTTLE_DATA_DIR": str(tmp_path),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "gateway"], env=env, capture_output=True, text=True, timeout=60
+    refusal = gateway_refusal(
+        {
+            "SHUTTLE_GATEWAY_REPLICAS": "2",
+            "SHUTTLE_TICKET_SECRET": "",
+            "SHUTTLE_DATA_DIR": str(tmp_path),
+        }
     )
-    assert done.returncode != 0
-    assert "2 gateway replicas need one SHUTTLE_TICKET_SECRET" in done.stderr
+    assert "2 gateway replicas need one SHUTTLE_TICKET_SECRET" in refusal

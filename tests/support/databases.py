@@ -118,7 +118,12 @@ def redis_prefix(redis_server: str) -> Iterator[str]:
     """A key prefix no other test uses; its keys are deleted afterwards."""
     prefix = f"shuttle-test:{uuid.uuid4().hex[:12]}:"
     yield prefix
-    client = redis.Redis.from_url(redis_server)
+    delete_redis_keys(redis_server, prefix)
+
+
+def delete_redis_keys(url: str, prefix: str) -> None:
+    """Delete every key under `prefix`."""
+    client = redis.Redis.from_url(url)
     try:
         keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
         if keys:

@@ -3,9 +3,6 @@ sharing a fresh PostgreSQL database (dropped after) and a Redis key prefix of it
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -14,7 +11,6 @@ from pathlib import Path
 
 import asyncpg
 import grpc
-import redis
 
 from cli.launcher import LaunchError, Supervisor, busy_ports
 from cli.replicas import Endpoint, endpoints
@@ -22,7 +18,16 @@ from shuttle.grpc_auth import ChannelAuth
 from shuttle.grpc_client import open_channel
 from shuttle.grpc_targets import client_target
 from shuttle.settings import Settings
-from tests.support.databases import PG_HOST, PG_PORT, PG_USER, REDIS_URL, admin_sql, unavailable
+from tests.support.api_keys import create_api_key
+from tests.support.databases import (
+    PG_HOST,
+    PG_PORT,
+    PG_USER,
+    REDIS_URL,
+    admin_sql,
+    delete_redis_keys,
+    unavailable,
+)
 from tests.support.stack import free_ports
 
 
@@ -66,16 +71,7 @@ class ReplicatedStack:
 
     def create_key(self, tenant: str) -> str:
         """A new API key on the stack's database, made through `shuttle apikey create`."""
-        env = {**os.environ, "SHUTTLE_DATABASE_URL": self.database_url}
-        done = subprocess.run(
-            [sys.executable, "-m", "cli", "apikey", "create", "--tenant", tenant],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        return done.stdout.strip()
+        return create_api_key(tenant, {"SHUTTLE_DATABASE_URL": self.database_url})
 
 
 def _settings(data_dir: Path, counts: Mapping[str, int]) -> Settings:
@@ -134,10 +130,4 @@ def replicated_stack(
     finally:
         supervisor.stop()
         admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        client = redis.Redis.from_url(REDIS_URL)
-        try:
-            keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-            if keys:
-                client.delete(*keys)
-        finally:
-            client.close()
+        delete_redis_keys(REDIS_URL, prefix)
