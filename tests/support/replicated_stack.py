@@ -78,7 +78,7 @@ class ReplicatedStack:
         return done.stdout.strip()
 
 
-def _settings(data_dir: Path, counts: Mapping[str, int]) -> Settings:
+def free_settings(data_dir: Path, counts: Mapping[str, int]) -> Settings:
     """Base ports whose replicas' ports (base + 10*i, gateways consecutive) are all free."""
     for _ in range(20):
         events, tools, planner, executor, gateway = free_ports(5)
@@ -96,43 +96,32 @@ def _settings(data_dir: Path, counts: Mapping[str, int]) -> Settings:
     raise LaunchError("no free ports for the replicas")
 
 
+@dataclass(frozen=True)
+class SharedState:
+    database_url: str
+    redis_prefix: str
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {
+            "SHUTTLE_DATABASE_URL": self.database_url,
+            "SHUTTLE_REDIS_URL": REDIS_URL,
+            "SHUTTLE_REDIS_KEY_PREFIX": self.redis_prefix,
+        }
+
+
 @contextmanager
-def replicated_stack(
-    data_dir: Path,
-    counts: Mapping[str, int],
-    openai_base_url: str,
-    extra_env: Mapping[str, str] | None = None,
-) -> Iterator[ReplicatedStack]:
-    """Start every replica of `counts` (services not named: 1) on PostgreSQL and Redis."""
+def shared_state() -> Iterator[SharedState]:
+    """A fresh PostgreSQL database and a Redis key prefix of its own; both gone after."""
     name = f"shuttle_replicas_{uuid.uuid4().hex[:12]}"
     try:
         admin_sql(f'CREATE DATABASE "{name}"')
     except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
         unavailable(f"PostgreSQL at {PG_HOST}:{PG_PORT}", exc)
-    database_url = f"postgresql+asyncpg://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
     prefix = f"shuttle-test:{uuid.uuid4().hex[:12]}:"
-    env = {
-        "OPENAI_BASE_URL": openai_base_url,
-        "OPENAI_API_KEY": "test-key",
-        "SHUTTLE_DATABASE_URL": database_url,
-        "SHUTTLE_REDIS_URL": REDIS_URL,
-        "SHUTTLE_REDIS_KEY_PREFIX": prefix,
-        "SHUTTLE_MODEL": "",
-        "SHUTTLE_AUTH": "required",
-        "SHUTTLE_LOG_LEVEL": "INFO",
-        "OTEL_EXPORTER_OTLP_ENDPOINT": "",
-        "OTEL_TRACES_EXPORTER": "none",
-        **(extra_env or {}),
-    }
-    supervisor = Supervisor(
-        _settings(data_dir, counts), data_dir / "logs", extra_env=env, replicas=counts
-    )
-    stack = ReplicatedStack(supervisor, database_url, prefix)
     try:
-        supervisor.start(timeout_seconds=90)
-        yield stack
+        yield SharedState(f"postgresql+asyncpg://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}", prefix)
     finally:
-        supervisor.stop()
         admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         client = redis.Redis.from_url(REDIS_URL)
         try:
@@ -141,3 +130,41 @@ def replicated_stack(
                 client.delete(*keys)
         finally:
             client.close()
+
+
+def model_environment(openai_base_url: str) -> dict[str, str]:
+    """A stack's view of a scripted model, with tracing and its exports off."""
+    return {
+        "OPENAI_BASE_URL": openai_base_url,
+        "OPENAI_API_KEY": "test-key",
+        "SHUTTLE_MODEL": "",
+        "SHUTTLE_LOG_LEVEL": "INFO",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "",
+        "OTEL_TRACES_EXPORTER": "none",
+    }
+
+
+@contextmanager
+def replicated_stack(
+    data_dir: Path,
+    counts: Mapping[str, int],
+    openai_base_url: str,
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[ReplicatedStack]:
+    """Start every replica of `counts` (services not named: 1) on PostgreSQL and Redis."""
+    with shared_state() as shared:
+        env = {
+            **model_environment(openai_base_url),
+            **shared.environment,
+            "SHUTTLE_AUTH": "required",
+            **(extra_env or {}),
+        }
+        supervisor = Supervisor(
+            free_settings(data_dir, counts), data_dir / "logs", extra_env=env, replicas=counts
+        )
+        stack = ReplicatedStack(supervisor, shared.database_url, shared.redis_prefix)
+        try:
+            supervisor.start(timeout_seconds=90)
+            yield stack
+        finally:
+            supervisor.stop()
