@@ -1,5 +1,6 @@
 """`shuttle up --replicas` as an operator runs it: one command, every replica up and named in
-the banner, a run through either gateway, Ctrl-C stopping them all."""
+the banner (each with a metrics port of its own), a run through either gateway, Ctrl-C
+stopping them all."""
 
 from __future__ import annotations
 
@@ -49,9 +50,10 @@ def test_shuttle_up_with_replicas_serves_through_each_gateway_and_stops_them_all
     tmp_path: Path, model: ScriptedOpenAI
 ) -> None:
     counts = parse_spec(SPEC)
-    settings = free_settings(tmp_path, counts)
+    settings = free_settings(tmp_path, counts, metrics=True)
     points = endpoints(settings, counts)
     ports = {p.variable: str(p.port) for p in points if p.replica == 1}
+    ports["SHUTTLE_METRICS_PORT"] = str(settings.metrics_port)
     output = tmp_path / "shuttle-up.out"
     with shared_state() as shared, output.open("wb") as out:
         env = {
@@ -85,6 +87,11 @@ def test_shuttle_up_with_replicas_serves_through_each_gateway_and_stops_them_all
             assert [f.event for f in frames][-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
             assert (tmp_path / "logs" / "executor-2.log").exists()
             assert (tmp_path / "logs" / "gateway-2.log").exists()
+            # Each process serves its metrics on a port of its own.
+            for point in points:
+                assert f"metrics on port {point.metrics_port}" in banner
+                scraped = httpx.get(f"http://127.0.0.1:{point.metrics_port}/metrics", timeout=10)
+                assert scraped.status_code == 200, point.name
 
             process.send_signal(signal.SIGINT)
             assert process.wait(timeout=60) == 0, output.read_text()

@@ -78,11 +78,13 @@ class ReplicatedStack:
         return done.stdout.strip()
 
 
-def free_settings(data_dir: Path, counts: Mapping[str, int]) -> Settings:
-    """Base ports whose replicas' ports (base + 10*i, gateways consecutive) are all free."""
+def free_settings(data_dir: Path, counts: Mapping[str, int], metrics: bool = False) -> Settings:
+    """Base ports whose replicas' ports (base + 10*i, gateways consecutive) are all free;
+    with `metrics`, a free metrics port for each process too."""
     for _ in range(20):
-        events, tools, planner, executor, gateway = free_ports(5)
+        events, tools, planner, executor, gateway, metrics_port = free_ports(6)
         settings = Settings(
+            metrics_port=metrics_port if metrics else 0,
             events_port=events,
             tools_port=tools,
             planner_port=planner,
