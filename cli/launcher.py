@@ -38,17 +38,28 @@ def busy_ports(points: list[Endpoint]) -> list[str]:
     """A message for each port some other process already holds."""
     problems = []
     for point in points:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((point.host, point.port))
-            except OSError:
-                offset = "" if point.replica == 1 else " (the replicas' ports follow from it)"
+        offset = "" if point.replica == 1 else " (the replicas' ports follow from it)"
+        wanted = [(point.port, point.variable, offset)]
+        if point.metrics_port:
+            follow = " (each process's follows from it)"
+            wanted.append((point.metrics_port, "SHUTTLE_METRICS_PORT", follow))
+        for port, variable, note in wanted:
+            if not _can_bind(point.host, port):
                 problems.append(
-                    f"port {point.port} ({point.name}) on {point.host} is already in use: "
-                    f"stop the process using it or set {point.variable} to a free port{offset}"
+                    f"port {port} ({point.name}) on {point.host} is already in use: "
+                    f"stop the process using it or set {variable} to a free port{note}"
                 )
     return problems
+
+
+def _can_bind(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except (OSError, OverflowError):  # OverflowError: a port past 65535
+            return False
+    return True
 
 
 @dataclass
@@ -124,6 +135,8 @@ class Supervisor:
     def process_environment(self, point: Endpoint) -> dict[str, str]:
         """The environment of one process: the launch's, its own port, its extras."""
         own = {point.variable: str(point.port)}
+        if point.metrics_port:
+            own["SHUTTLE_METRICS_PORT"] = str(point.metrics_port)
         if point.service == "gateway" and is_replicated(self.replicas):
             own["SHUTTLE_GATEWAY_REPLICAS"] = str(self.replicas.get("gateway", 1))
             own["SHUTTLE_TICKET_SECRET"] = self.ticket_secret

@@ -33,6 +33,7 @@ def banner(settings: Settings, points: list[Endpoint], log_dir: str, token_file:
     rows = "\n".join(
         f"  {p.name:<{width}} {p.host}:{p.port}"
         + ("   HTTP API + SSE" if p.service == "gateway" else "   gRPC")
+        + (f"; metrics on port {p.metrics_port}" if p.metrics_port else "")
         for p in points
     )
     if settings.uses_demo_model:

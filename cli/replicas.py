@@ -1,7 +1,9 @@
 """`shuttle up --replicas SPEC`: how many of each service, where each one listens.
 
 Replica i (from 0) of a gRPC service listens on its base port + 10*i (50054, 50064, …);
-gateways take consecutive ports from SHUTTLE_GATEWAY_PORT. Replica 0 keeps the service's
+gateways take consecutive ports from SHUTTLE_GATEWAY_PORT. With SHUTTLE_METRICS_PORT set,
+each process serves its metrics on a port of its own counted from it, in start order.
+Replica 0 keeps the service's
 plain name (`executor`, `executor.log`), the others are `executor-2`, `executor-3`, ….
 """
 
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shuttle.settings import Settings
 
@@ -36,6 +38,8 @@ class Endpoint:
     """From 1; replica 1 has the service's plain name."""
     host: str
     port: int
+    metrics_port: int = 0
+    """Its own metrics port (SHUTTLE_METRICS_PORT + its place in the start order); 0: off."""
 
     @property
     def name(self) -> str:
@@ -105,6 +109,11 @@ def endpoints(settings: Settings, counts: Mapping[str, int] | None = None) -> li
         Endpoint("gateway", i + 1, settings.gateway_host, settings.gateway_port + i)
         for i in range(counts.get("gateway", 1))
     ]
+    if settings.metrics_port:
+        # One port per process: processes on one host cannot share one.
+        found = [
+            replace(point, metrics_port=settings.metrics_port + i) for i, point in enumerate(found)
+        ]
     return found
 
 

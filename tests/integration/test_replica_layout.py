@@ -118,3 +118,47 @@ def test_the_banner_names_the_shared_hot_tier(tmp_path: Path) -> None:
     assert "hot tier in Redis" in banner(supervisor.settings, supervisor.endpoints, "l", "t")
     alone = Supervisor(Settings(redis_url=""), tmp_path)
     assert "hot tier in-process" in banner(alone.settings, alone.endpoints, "l", "t")
+
+
+def test_each_process_gets_a_metrics_port_of_its_own(tmp_path: Path) -> None:
+    supervisor = Supervisor(
+        shared(metrics_port=9464), tmp_path, replicas=parse_spec("executor=2,gateway=2")
+    )
+    given = {
+        p.name: supervisor.process_environment(p)["SHUTTLE_METRICS_PORT"]
+        for p in supervisor.endpoints
+    }
+    assert given == {
+        "events": "9464",
+        "tools": "9465",
+        "planner": "9466",
+        "executor": "9467",
+        "executor-2": "9468",
+        "gateway": "9469",
+        "gateway-2": "9470",
+    }
+    text = banner(supervisor.settings, supervisor.endpoints, "logs", "token")
+    assert "127.0.0.1:50064   gRPC; metrics on port 9468" in text, text
+    unset = Supervisor(shared(), tmp_path, replicas=parse_spec("2"))
+    assert all(p.metrics_port == 0 for p in unset.endpoints)
+
+
+def test_a_busy_metrics_port_is_refused_by_name(tmp_path: Path) -> None:
+    events, tools, planner, executor, gateway = free_ports(5)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        settings = shared(
+            events_port=events,
+            tools_port=tools,
+            planner_port=planner,
+            executor_port=executor,
+            gateway_port=gateway,
+            metrics_port=taken - 1,
+            data_dir=tmp_path,
+        )
+        supervisor = Supervisor(settings, tmp_path / "logs")
+        with pytest.raises(LaunchError, match=rf"port {taken} \(tools\).*SHUTTLE_METRICS_PORT"):
+            supervisor.start()
+    assert supervisor.processes == {}

@@ -74,11 +74,13 @@ class ReplicatedStack:
         return create_api_key(tenant, {"SHUTTLE_DATABASE_URL": self.database_url})
 
 
-def _settings(data_dir: Path, counts: Mapping[str, int]) -> Settings:
-    """Base ports whose replicas' ports (base + 10*i, gateways consecutive) are all free."""
+def free_settings(data_dir: Path, counts: Mapping[str, int], metrics: bool = False) -> Settings:
+    """Base ports whose replicas' ports (base + 10*i, gateways consecutive) are all free;
+    with `metrics`, a free metrics port for each process too."""
     for _ in range(20):
-        events, tools, planner, executor, gateway = free_ports(5)
+        events, tools, planner, executor, gateway, metrics_port = free_ports(6)
         settings = Settings(
+            metrics_port=metrics_port if metrics else 0,
             events_port=events,
             tools_port=tools,
             planner_port=planner,
@@ -92,6 +94,48 @@ def _settings(data_dir: Path, counts: Mapping[str, int]) -> Settings:
     raise LaunchError("no free ports for the replicas")
 
 
+@dataclass(frozen=True)
+class SharedState:
+    database_url: str
+    redis_prefix: str
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {
+            "SHUTTLE_DATABASE_URL": self.database_url,
+            "SHUTTLE_REDIS_URL": REDIS_URL,
+            "SHUTTLE_REDIS_KEY_PREFIX": self.redis_prefix,
+        }
+
+
+@contextmanager
+def shared_state() -> Iterator[SharedState]:
+    """A fresh PostgreSQL database and a Redis key prefix of its own; both gone after."""
+    name = f"shuttle_replicas_{uuid.uuid4().hex[:12]}"
+    try:
+        admin_sql(f'CREATE DATABASE "{name}"')
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        unavailable(f"PostgreSQL at {PG_HOST}:{PG_PORT}", exc)
+    prefix = f"shuttle-test:{uuid.uuid4().hex[:12]}:"
+    try:
+        yield SharedState(f"postgresql+asyncpg://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}", prefix)
+    finally:
+        admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        delete_redis_keys(REDIS_URL, prefix)
+
+
+def model_environment(openai_base_url: str) -> dict[str, str]:
+    """A stack's view of a scripted model, with tracing and its exports off."""
+    return {
+        "OPENAI_BASE_URL": openai_base_url,
+        "OPENAI_API_KEY": "test-key",
+        "SHUTTLE_MODEL": "",
+        "SHUTTLE_LOG_LEVEL": "INFO",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "",
+        "OTEL_TRACES_EXPORTER": "none",
+    }
+
+
 @contextmanager
 def replicated_stack(
     data_dir: Path,
@@ -100,34 +144,19 @@ def replicated_stack(
     extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[ReplicatedStack]:
     """Start every replica of `counts` (services not named: 1) on PostgreSQL and Redis."""
-    name = f"shuttle_replicas_{uuid.uuid4().hex[:12]}"
-    try:
-        admin_sql(f'CREATE DATABASE "{name}"')
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        unavailable(f"PostgreSQL at {PG_HOST}:{PG_PORT}", exc)
-    database_url = f"postgresql+asyncpg://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
-    prefix = f"shuttle-test:{uuid.uuid4().hex[:12]}:"
-    env = {
-        "OPENAI_BASE_URL": openai_base_url,
-        "OPENAI_API_KEY": "test-key",
-        "SHUTTLE_DATABASE_URL": database_url,
-        "SHUTTLE_REDIS_URL": REDIS_URL,
-        "SHUTTLE_REDIS_KEY_PREFIX": prefix,
-        "SHUTTLE_MODEL": "",
-        "SHUTTLE_AUTH": "required",
-        "SHUTTLE_LOG_LEVEL": "INFO",
-        "OTEL_EXPORTER_OTLP_ENDPOINT": "",
-        "OTEL_TRACES_EXPORTER": "none",
-        **(extra_env or {}),
-    }
-    supervisor = Supervisor(
-        _settings(data_dir, counts), data_dir / "logs", extra_env=env, replicas=counts
-    )
-    stack = ReplicatedStack(supervisor, database_url, prefix)
-    try:
-        supervisor.start(timeout_seconds=90)
-        yield stack
-    finally:
-        supervisor.stop()
-        admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        delete_redis_keys(REDIS_URL, prefix)
+    with shared_state() as shared:
+        env = {
+            **model_environment(openai_base_url),
+            **shared.environment,
+            "SHUTTLE_AUTH": "required",
+            **(extra_env or {}),
+        }
+        supervisor = Supervisor(
+            free_settings(data_dir, counts), data_dir / "logs", extra_env=env, replicas=counts
+        )
+        stack = ReplicatedStack(supervisor, shared.database_url, shared.redis_prefix)
+        try:
+            supervisor.start(timeout_seconds=90)
+            yield stack
+        finally:
+            supervisor.stop()
