@@ -343,7 +343,7 @@ class EventLog:
             return True
         if self._poll is None or not durable:
             return False
-        age = datetime.now(UTC) - _aware(durable[-1].timestamp)
+        age = datetime.now(UTC) - durable[-1].timestamp
         return age.total_seconds() < STALE_POLLS * self._poll
 
     async def _durable(
@@ -358,11 +358,6 @@ class EventLog:
             limit=self._replay_page,
             max_bytes=self._replay_page_bytes,
         )
-
-
-def _aware(moment: datetime) -> datetime:
-    """SQLite gives timestamps back without their zone; they were written in UTC."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _check_target(workflow_id: str, tenant_id: str) -> None:
