@@ -248,7 +248,7 @@ class StreamedAnswer:
 
     def __init__(self) -> None:
         self.sent = ""
-        self.restarted = False
+        self._restarted = False
         self._told = ""
         """The current telling, as far as its deltas came in order."""
         self._deltas = 0
@@ -269,7 +269,7 @@ class StreamedAnswer:
 
     def restart(self) -> None:
         """STATUS_UPDATE{kind: answer_restarted}: deltas from index 0 follow."""
-        self.restarted = True
+        self._restarted = True
         self._told, self._deltas, self._gap = "", 0, False
 
     def completed(self, payload: dict[str, Any]) -> str:
@@ -278,7 +278,7 @@ class StreamedAnswer:
         the loop's own answer), since what was sent cannot be taken back; after a restart
         that is AnswerDiverged."""
         content = str(payload.get("content", ""))
-        if not content.startswith(self.sent) and not self.restarted:
+        if not content.startswith(self.sent) and not self._restarted:
             return ""
         return self._past_sent(content)
 

@@ -49,7 +49,6 @@ class ReactChannelTranslator:
     answer_open: bool = False
     iterations: int = 0
     _iteration_started: dict[int, float] = field(default_factory=dict)
-    _answer_parts: list[str] = field(default_factory=list)
 
     def translate(self, event: dict[str, Any]) -> list[Frame]:
         kind = event.get("type", "")
@@ -123,7 +122,6 @@ class ReactChannelTranslator:
 
     def _open_answer(self) -> list[Frame]:
         self.answer_open = True
-        self._answer_parts = []
         return [("step", {"type": "answer", "status": "start"}), ("answer", {"status": "start"})]
 
     def _on_thread_message_delta(self, event: dict[str, Any], p: dict[str, Any]) -> list[Frame]:
@@ -133,7 +131,6 @@ class ReactChannelTranslator:
             frames += self._open_answer()
         self.answer_open = True
         delta = str(p.get("delta", ""))
-        self._answer_parts.append(delta)
         return [*frames, ("answer", {"status": "delta", "content": delta})]
 
     def _restart_answer(self) -> list[Frame]:
@@ -141,7 +138,6 @@ class ReactChannelTranslator:
         # resumed past the deltas it had still holds them. The next delta (index 0) opens
         # the answer again.
         self.answer_open = False
-        self._answer_parts = []
         return [("answer", {"status": "restart"})]
 
     def _on_thread_message_completed(self, event: dict[str, Any], p: dict[str, Any]) -> list[Frame]:
