@@ -56,12 +56,22 @@ class Gateway:
 
 @dataclass
 class LiveView:
-    """Renders the ReAct channels: steps on `err`, the answer as it streams on `out`."""
+    """Renders the ReAct channels: steps on `err`, the answer on `out`. On a terminal the
+    answer streams as it comes; elsewhere (a pipe, a file) it is written once, whole, since
+    what was written there cannot be taken back when the run tells its answer again."""
 
     out: TextIO = sys.stdout
     err: TextIO = sys.stderr
     done: dict[str, Any] | None = None
     answer_open: bool = field(default=False)
+    live: bool | None = None
+    """Stream the answer as it comes; None: when `out` is a terminal."""
+    _shown: str = ""
+    """The answer as written on `out` since its start."""
+
+    def __post_init__(self) -> None:
+        if self.live is None:
+            self.live = self.out.isatty()
 
     def show(self, channel: str, data: dict[str, Any]) -> None:
         handler: Callable[[dict[str, Any]], None] | None = getattr(self, f"_{channel}", None)
@@ -71,6 +81,7 @@ class LiveView:
     def _note(self, text: str) -> None:
         if self.answer_open:
             self.out.write("\n")
+            self.out.flush()
             self.answer_open = False
         self.err.write(text + "\n")
         self.err.flush()
@@ -91,13 +102,28 @@ class LiveView:
             self._note(f"{mark} {d.get('tool_name')} ({elapsed:.2f} s): {observation[:200]}")
 
     def _answer(self, d: dict[str, Any]) -> None:
-        if d.get("status") == "start":
+        status = d.get("status")
+        if status == "start":
             self._note("answer:")
-            self.answer_open = True
-        elif d.get("status") == "delta":
-            self.out.write(str(d.get("content", "")))
-            self.out.flush()
-            self.answer_open = True
+            self._shown = ""
+        elif status == "delta" and self.live:
+            self._write(str(d.get("content", "")))
+        elif status == "restart":
+            # The run moved to another executor, which tells the answer again from its start.
+            self._note("— answer restarted —")
+            self._shown = ""
+        elif status == "done":
+            whole = str(d.get("content", ""))
+            if self._shown and not whole.startswith(self._shown):
+                self._note("— the answer in full —")
+                self._shown = ""
+            self._write(whole[len(self._shown) :])  # what deltas lost on the way, if any
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+        self._shown += text
+        self.answer_open = True
 
     def _inject(self, d: dict[str, Any]) -> None:
         self._note(f"↪ follow-up: {d.get('content')}")

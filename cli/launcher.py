@@ -81,6 +81,8 @@ class Supervisor:
     """Replicated gateways' shared stream-ticket key: SHUTTLE_TICKET_SECRET when set, else
     a new one per launch (a ticket from one gateway is then good at every other)."""
     _logs: dict[str, IO[bytes]] = field(default_factory=dict)
+    _log_starts: dict[str, int] = field(default_factory=dict)
+    """Where each process's own lines begin in its log (earlier runs' lines come before)."""
 
     def __post_init__(self) -> None:
         self.token = self.token or self.settings.internal_token or secrets.token_urlsafe(32)
@@ -142,13 +144,14 @@ class Supervisor:
             own["SHUTTLE_TICKET_SECRET"] = self.ticket_secret
         return {**self.environment(), **own, **self.process_env.get(point.name, {})}
 
-    def _spawn(self, point: Endpoint, timeout_seconds: float) -> None:
-        """Start one process and wait until it is healthy."""
+    def spawn(self, point: Endpoint) -> subprocess.Popen[bytes]:
+        """Start one process (its log appended to), without waiting for it."""
         if point.name in self._logs:
             self._logs.pop(point.name).close()
-        log = open(self.log_dir / f"{point.name}.log", "ab")  # noqa: SIM115
+        log = open(self.log_path(point.name), "ab")  # noqa: SIM115
         self._logs[point.name] = log
-        self.processes[point.name] = subprocess.Popen(
+        self._log_starts[point.name] = log.tell()
+        process = subprocess.Popen(
             [sys.executable, "-m", MODULES[point.service]],
             env=self.process_environment(point),
             stdout=log,
@@ -157,7 +160,20 @@ class Supervisor:
             # the services in order (gateway first, events last).
             start_new_session=True,
         )
+        self.processes[point.name] = process
+        return process
+
+    def _spawn(self, point: Endpoint, timeout_seconds: float) -> None:
+        """Start one process and wait until it is healthy."""
+        self.spawn(point)
         self._wait_healthy(point, self.channel_auth(), time.monotonic() + timeout_seconds)
+
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
+    def healthy(self, name: str) -> bool:
+        """Whether process `name` answers its health check now (one probe)."""
+        return _is_healthy(self.endpoint(name), self.channel_auth())
 
     def kill(self, name: str) -> None:
         """SIGKILL one process (a replica lost), leaving the others running."""
@@ -177,8 +193,7 @@ class Supervisor:
             if process.poll() is not None:
                 raise LaunchError(
                     f"{point.name} exited with code {process.returncode} while starting; "
-                    f"last lines of {self.log_dir / (point.name + '.log')}:\n"
-                    + self.tail(point.name)
+                    f"last lines of {self.log_path(point.name)}:\n" + self.tail(point.name)
                 )
             if _is_healthy(point, probe):
                 return
@@ -186,13 +201,14 @@ class Supervisor:
         raise LaunchError(f"{point.name} did not become healthy in time:\n{self.tail(point.name)}")
 
     def tail(self, name: str, lines: int = 20) -> str:
-        path = self.log_dir / f"{name}.log"
+        """The last `lines` lines the current (or last) process of `name` logged."""
+        path = self.log_path(name)
         if not path.exists():
             return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-    def crashed(self) -> list[str]:
-        return [name for name, p in self.processes.items() if p.poll() is not None]
+        with path.open("rb") as log:
+            log.seek(self._log_starts.get(name, 0))
+            text = log.read().decode(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
 
     def stop(self, grace_seconds: float = 15.0) -> None:
         """SIGTERM in reverse start order (gateway first), then SIGKILL what is left."""
@@ -209,6 +225,7 @@ class Supervisor:
         for log in self._logs.values():
             log.close()
         self._logs.clear()
+        self._log_starts.clear()
         self.token_file.unlink(missing_ok=True)
 
 

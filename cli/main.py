@@ -19,12 +19,15 @@ from typing import TYPE_CHECKING, TypeVar
 
 from cli.launcher import LaunchError, Supervisor
 from cli.replicas import Endpoint, ReplicaSpecError, check_shared_state, parse_spec
+from cli.supervision import Watch
 from shuttle.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
     from gateway.stores.keys import KeyStore
 
 T = TypeVar("T")
+# How often `shuttle up` looks at its processes.
+WATCH_SECONDS = 0.2
 
 
 def banner(settings: Settings, points: list[Endpoint], log_dir: str, token_file: str) -> str:
@@ -79,11 +82,11 @@ def up(settings: Settings, replicas: str | None = None) -> int:
         return 2
     log_dir = settings.data_dir / "logs"
     supervisor = Supervisor(settings, log_dir, replicas=counts)
-    stopping = False
+    watch = Watch(supervisor, sys.stderr)
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
+        # The watch stops first, so no process is started again while they are stopped.
+        watch.stop()
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
@@ -99,16 +102,9 @@ def up(settings: Settings, replicas: str | None = None) -> int:
         flush=True,
     )
     try:
-        while not stopping:
-            crashed = supervisor.crashed()
-            if crashed:
-                for name in crashed:
-                    print(
-                        f"shuttle: {name} stopped unexpectedly:\n{supervisor.tail(name)}",
-                        file=sys.stderr,
-                    )
-                return 1
-            time.sleep(0.5)
+        while not watch.stopped:
+            watch.check()
+            time.sleep(WATCH_SECONDS)
         print("\nStopping Shuttle …", flush=True)
         return 0
     finally:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -25,7 +25,7 @@ from gateway.edge.tenancy import CallerDep
 from gateway.errors import ApiError, from_grpc_status
 from gateway.routes.common import Clients, Index, Sessions
 from gateway.submit import TaskSpec, submit
-from shuttle.envelope import type_name
+from shuttle.envelope import ANSWER_RESTARTED, type_name
 from shuttle.events_client.follow import UpstreamError
 from shuttle.settings import Settings
 from shuttle.utf8 import ensure_utf8, json_text
@@ -148,7 +148,7 @@ async def list_models(caller: CallerDep, request: Request) -> dict[str, Any]:
 
 async def _events(
     backends: Backends, tenant: str, workflow_id: str, retry_seconds: float
-) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
     log = backends.events.follow(workflow_id, tenant, retry_seconds=retry_seconds)
     try:
         async for events in log:
@@ -233,13 +233,24 @@ async def chat_completions(
     )
 
 
+class AnswerDiverged(Exception):
+    """A restarted answer says something else than the part of it already streamed."""
+
+
 class StreamedAnswer:
     """The answer as a stream has passed it on. Answer deltas are ephemeral: an events
     service restart, or a reader that fell behind the hot tier, loses some for good. Deltas
-    are passed on until one is missing; the completed message then supplies the rest."""
+    are passed on until one is missing; the completed message then supplies the rest.
+
+    A run taken over mid-answer tells it again from index 0. What was sent cannot be taken
+    back, so the new telling is passed on only past what was sent, as long as it repeats
+    it; one that says something else raises AnswerDiverged."""
 
     def __init__(self) -> None:
         self.sent = ""
+        self._restarted = False
+        self._told = ""
+        """The current telling, as far as its deltas came in order."""
         self._deltas = 0
         self._gap = False
 
@@ -251,23 +262,39 @@ class StreamedAnswer:
         if self._gap:
             return ""
         self._deltas += 1
-        piece = str(payload.get("delta", ""))
-        self.sent += piece
-        return piece
+        self._told += str(payload.get("delta", ""))
+        if self.sent.startswith(self._told):
+            return ""  # a new telling, still repeating what was sent
+        return self._past_sent(self._told)
+
+    def restart(self) -> None:
+        """STATUS_UPDATE{kind: answer_restarted}: deltas from index 0 follow."""
+        self._restarted = True
+        self._told, self._deltas, self._gap = "", 0, False
 
     def completed(self, payload: dict[str, Any]) -> str:
         """What to send of THREAD_MESSAGE_COMPLETED: the answer past what was sent. Nothing
         if the sent text is not its start (a synthesis that failed midway is answered with
-        the loop's own answer), since what was sent cannot be taken back."""
+        the loop's own answer), since what was sent cannot be taken back; after a restart
+        that is AnswerDiverged."""
         content = str(payload.get("content", ""))
-        if not content.startswith(self.sent):
+        if not content.startswith(self.sent) and not self._restarted:
             return ""
-        rest, self.sent = content[len(self.sent) :], content
+        return self._past_sent(content)
+
+    def _past_sent(self, text: str) -> str:
+        if not text.startswith(self.sent):
+            raise AnswerDiverged
+        rest, self.sent = text[len(self.sent) :], text
         return rest
 
 
+LogEvents = AsyncGenerator[tuple[str, dict[str, Any]], None]
+"""A followed log's events: (type name, payload)."""
+
+
 async def _chunks(
-    events: AsyncIterator[tuple[str, dict[str, Any]]], base: dict[str, Any], include_usage: bool
+    events: LogEvents, base: dict[str, Any], include_usage: bool
 ) -> AsyncIterator[ServerSentEvent]:
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> ServerSentEvent:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
@@ -284,6 +311,8 @@ async def _chunks(
             elif kind == "THREAD_MESSAGE_COMPLETED":
                 if rest := answer.completed(payload):
                     yield chunk({"content": rest})
+            elif kind == "STATUS_UPDATE" and payload.get("kind") == ANSWER_RESTARTED:
+                answer.restart()
             elif kind == "WORKFLOW_COMPLETED":
                 yield chunk({}, "stop")
                 if include_usage:
@@ -296,7 +325,18 @@ async def _chunks(
                 message = str(payload.get("error_message", "the run was cancelled"))
                 error = {"error": {"message": message, "type": "run_failed", "code": None}}
                 yield ServerSentEvent(data=json.dumps(error))
+    except AnswerDiverged:
+        workflow_id = base["shuttle_workflow_id"]
+        message = (
+            f"workflow {workflow_id} moved to another executor in the middle of its answer, "
+            "which told the answer again differently from the part already streamed; the "
+            f"whole answer is the task's result (GET /api/v1/tasks/{workflow_id})"
+        )
+        error = {"error": {"message": message, "type": "answer_restarted", "code": None}}
+        yield ServerSentEvent(data=json.dumps(error))
     except UpstreamError as exc:
         error = {"error": {"message": exc.message, "type": "upstream_error", "code": exc.code}}
         yield ServerSentEvent(data=json.dumps(error))
+    finally:
+        await events.aclose()  # the log is left unread after an AnswerDiverged
     yield ServerSentEvent(data="[DONE]")

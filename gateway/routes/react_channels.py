@@ -1,7 +1,9 @@
 """The ReAct channel dialect: the workflow log re-told as `step`, `answer`, `compact`,
 `phase`, `inject` and `done` frames, the protocol a tool-loop UI renders directly
 (`GET /api/v1/tasks/{id}/stream?dialect=react`, which UIs built for it also ask for as
-`dialect=fim`).
+`dialect=fim`). `answer` goes `start`, `delta`…, `done`; `restart` in between tells the
+client to drop the answer so far (the run moved to another executor, which tells it again
+from a new `start`).
 
 Pure translation from event envelopes (dicts) to (channel, payload) pairs; it keeps only
 what it needs to fill in later frames (iteration start times, usage, iteration count).
@@ -13,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from shuttle.envelope import ANSWER_RESTARTED
 
 Frame = tuple[str, dict[str, Any]]
 
@@ -45,7 +49,6 @@ class ReactChannelTranslator:
     answer_open: bool = False
     iterations: int = 0
     _iteration_started: dict[int, float] = field(default_factory=dict)
-    _answer_parts: list[str] = field(default_factory=list)
 
     def translate(self, event: dict[str, Any]) -> list[Frame]:
         kind = event.get("type", "")
@@ -119,7 +122,6 @@ class ReactChannelTranslator:
 
     def _open_answer(self) -> list[Frame]:
         self.answer_open = True
-        self._answer_parts = []
         return [("step", {"type": "answer", "status": "start"}), ("answer", {"status": "start"})]
 
     def _on_thread_message_delta(self, event: dict[str, Any], p: dict[str, Any]) -> list[Frame]:
@@ -129,8 +131,14 @@ class ReactChannelTranslator:
             frames += self._open_answer()
         self.answer_open = True
         delta = str(p.get("delta", ""))
-        self._answer_parts.append(delta)
         return [*frames, ("answer", {"status": "delta", "content": delta})]
+
+    def _restart_answer(self) -> list[Frame]:
+        # Sent whether or not this connection carried any of the answer: a client that
+        # resumed past the deltas it had still holds them. The next delta (index 0) opens
+        # the answer again.
+        self.answer_open = False
+        return [("answer", {"status": "restart"})]
 
     def _on_thread_message_completed(self, event: dict[str, Any], p: dict[str, Any]) -> list[Frame]:
         content = str(p.get("content", ""))
@@ -160,6 +168,8 @@ class ReactChannelTranslator:
         ]
 
     def _on_status_update(self, event: dict[str, Any], p: dict[str, Any]) -> list[Frame]:
+        if p.get("kind") == ANSWER_RESTARTED:
+            return self._restart_answer()
         if "phase" not in p:
             return []  # cycle warnings, reflections and checklists stay internal to the agent
         return [("phase", {k: v for k, v in p.items() if k != "kind"})]

@@ -58,7 +58,7 @@
   function renderAnswer() {
     if (renderPending) return;
     renderPending = true;
-    requestAnimationFrame(() => { renderPending = false; const a = $("answer"); a.hidden = false; a.innerHTML = md.render(state.answer); });
+    requestAnimationFrame(() => { renderPending = false; const a = $("answer"); a.hidden = !state.answer; a.innerHTML = md.render(state.answer); });
   }
   const handlers = {
     WORKFLOW_STARTED: (e) => { setStatus("running"); $("run-query").textContent = e.payload.query || ""; },
@@ -81,6 +81,8 @@
         node("pre", { className: "observation" }, shown(p.result)));
     },
     THREAD_MESSAGE_DELTA: (e) => { state.answer += shown(e.payload.delta); renderAnswer(); },
+    // The run moved to another executor, which tells the answer again from its first delta.
+    STATUS_UPDATE: (e) => { if (e.payload.kind === "answer_restarted") { state.answer = ""; renderAnswer(); item("notice", "— answer restarted —"); } },
     THREAD_MESSAGE_COMPLETED: (e) => { state.answer = shown(e.payload.content) || state.answer; renderAnswer(); },
     APPROVAL_REQUESTED: (e) => {
       const p = e.payload;
@@ -141,7 +143,7 @@
     state.source = source;
     source.onmessage = null;
     const listen = (type) => source.addEventListener(type, (m) => onEvent(JSON.parse(m.data)));
-    Object.keys(handlers).concat(["AGENT_STARTED", "AGENT_COMPLETED", "LLM_OUTPUT", "STATUS_UPDATE", "WAITING"]).forEach(listen);
+    Object.keys(handlers).concat(["AGENT_STARTED", "AGENT_COMPLETED", "LLM_OUTPUT", "WAITING"]).forEach(listen);
     source.addEventListener("error", () => {
       // EventSource retries by itself unless the server refused (a ticket can expire):
       // then open a fresh one from the last seq seen.

@@ -7,7 +7,7 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.routes.openai_compat import StreamedAnswer, chat_usage
+from gateway.routes.openai_compat import AnswerDiverged, StreamedAnswer, chat_usage
 from tests.gateway.conftest import AuthStack
 
 pytestmark = pytest.mark.integration
@@ -180,3 +180,56 @@ def test_a_streamed_answer_is_whole_however_many_deltas_were_lost(
     sent = [answer.delta(payload) for payload in received]
     sent.append(answer.completed({"content": content}))
     assert [piece for piece in sent if piece] == expected
+
+
+RESTART: dict[str, Any] = {"restart": True}
+
+
+@pytest.mark.parametrize(
+    ("received", "content", "expected"),
+    [
+        # Told again the same way (split elsewhere): only what goes past the sent part.
+        (
+            [
+                *deltas((0, "The an"), (1, "swer is")),
+                RESTART,
+                *deltas((0, "The answer "), (1, "is 42.")),
+            ],
+            "The answer is 42.",
+            ["The an", "swer is", " 42."],
+        ),
+        # Told again with its deltas lost: the completed message brings the rest.
+        ([*deltas((0, "The an")), RESTART, *deltas((3, "42."))], "The answer is 42.", None),
+        # Cut off before any delta went out: the new telling streams as any answer does.
+        ([RESTART, *deltas((0, "Hi "), (1, "there."))], "Hi there.", ["Hi ", "there."]),
+    ],
+)
+def test_a_restarted_answer_passes_on_only_what_goes_past_the_sent_part(
+    received: list[dict[str, Any]], content: str, expected: list[str] | None
+) -> None:
+    answer = StreamedAnswer()
+    sent: list[str] = []
+    for payload in received:
+        if payload is RESTART:
+            answer.restart()
+        else:
+            sent.append(answer.delta(payload))
+    sent.append(answer.completed({"content": content}))
+    assert "".join(piece for piece in sent if piece) == content
+    if expected is not None:
+        assert [piece for piece in sent if piece] == expected
+
+
+def test_a_restarted_answer_that_differs_from_the_sent_part_cannot_be_streamed() -> None:
+    answer = StreamedAnswer()
+    answer.delta({"delta": "The answer is 41", "index": 0})
+    answer.restart()
+    assert answer.delta({"delta": "The answer", "index": 0}) == ""
+    with pytest.raises(AnswerDiverged):
+        answer.delta({"delta": " was 42.", "index": 1})
+    # Found at the end when the new telling's deltas were lost.
+    lost = StreamedAnswer()
+    lost.delta({"delta": "The answer is 41", "index": 0})
+    lost.restart()
+    with pytest.raises(AnswerDiverged):
+        lost.completed({"content": "It is 42."})

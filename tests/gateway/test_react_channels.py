@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.routes.react_channels import ReactChannelTranslator
+from shuttle.envelope import ANSWER_RESTARTED
 from tests.gateway.conftest import AuthStack
 from tests.support.sse import read_stream
 
@@ -168,3 +169,19 @@ def test_react_channels_are_the_default_and_fim_another_name_for_them(
     }
     assert told["?dialect=react"][-1][0] == "done"
     assert told["?dialect=fim"] == told["?dialect=react"] == told[""]
+
+
+def test_a_restarted_answer_is_dropped_then_opened_again() -> None:
+    translator = ReactChannelTranslator()
+    translator.translate(ev("THREAD_MESSAGE_DELTA", delta="Hel", index=0))
+    restart = ev("STATUS_UPDATE", kind=ANSWER_RESTARTED)
+    assert translator.translate(restart) == [("answer", {"status": "restart"})]
+    again = translator.translate(ev("THREAD_MESSAGE_DELTA", delta="Hi", index=0))
+    assert [(c, p.get("status")) for c, p in again] == [
+        ("step", "start"),
+        ("answer", "start"),
+        ("answer", "delta"),
+    ]
+    # A connection that begins at the signal is told too: its client may hold deltas from
+    # an earlier connection.
+    assert ReactChannelTranslator().translate(restart) == [("answer", {"status": "restart"})]

@@ -4,9 +4,13 @@
 //   node drive.mjs console  GATEWAY_URL API_KEY SCREENSHOT_PATH
 //   node drive.mjs approvals GATEWAY_URL API_KEY   (a gateway whose calculator needs approval)
 //   node drive.mjs hostile GATEWAY_URL API_KEY WORKFLOW_ID   (a log whose fields hold markup)
+//   node drive.mjs restart GATEWAY_URL API_KEY WORKFLOW_ID   (a log the test appends to as
+//     it goes: each line on stdin is {"answer": TEXT}, answered on stdout once the console
+//     shows TEXT as the answer, or after 20 s with what it shows; "end" ends it)
 import { build } from "esbuild";
 import { chromium } from "playwright-core";
 import http from "node:http";
+import readline from "node:readline";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -208,7 +212,40 @@ async function hostileScenario(workflowId) {
   }
 }
 
+// Watch a workflow while the test appends to its log, reporting the answer shown at each
+// step the test names: a restarted answer must replace, never extend, what was shown.
+async function restartScenario(workflowId) {
+  const browser = await launch();
+  const out = {};
+  const lines = readline.createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+  try {
+    const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+    page.on("pageerror", (err) => { out.pageErrors = [...(out.pageErrors || []), String(err)]; });
+    await page.goto(gateway + "/");
+    await page.waitForSelector("#key-form:not([hidden])");
+    await page.fill("#api-key", apiKey);
+    await page.click("#key-form button");
+    await page.evaluate((wf) => { location.hash = wf; }, workflowId);
+    const shown = () => page.evaluate(() => { const a = document.querySelector("#answer"); return a.hidden ? "" : a.innerText; });
+    for (let line = await lines.next(); !line.done && line.value !== "end"; line = await lines.next()) {
+      const wanted = JSON.parse(line.value).answer;
+      const matched = await page.waitForFunction((text) => {
+        const a = document.querySelector("#answer");
+        return (a.hidden ? "" : a.innerText) === text;
+      }, wanted, { timeout: 20000 }).then(() => true, () => false);
+      process.stdout.write(JSON.stringify({ matched, answer: await shown() }) + "\n");
+    }
+    await page.waitForSelector("#run-status.completed", { timeout: 60000 });
+    out.notices = await page.locator("#timeline li.notice").allInnerTexts();
+    out.answer = await shown();
+    return out;
+  } finally {
+    await browser.close();
+  }
+}
+
 const result = mode === "grpc-web" ? await grpcWeb()
+  : mode === "restart" ? await restartScenario(process.argv[5])
   : mode === "approvals" ? await approvalScenario()
   : mode === "hostile" ? await hostileScenario(process.argv[5]) : await consoleScenario();
 process.stdout.write(JSON.stringify(result) + "\n");
