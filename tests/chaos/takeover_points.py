@@ -301,12 +301,17 @@ async def run_point(
             await wait_for_resumption(chaos_runs[0].watcher)
             return time.monotonic() - killed_at
 
-        # One gather: a failure of either side is reported, and nothing is left pending.
-        done = await asyncio.gather(
-            recovered(),
-            *(point.after_kill(ctx, run, resumed[run.workflow_id]) for run in chaos_runs),
-        )
-        recovery = float(done[0] or 0.0)
+        timer = asyncio.create_task(recovered())
+        going_on = [
+            asyncio.create_task(point.after_kill(ctx, run, resumed[run.workflow_id]))
+            for run in chaos_runs
+        ]
+        try:
+            await asyncio.gather(timer, *going_on)
+        finally:
+            for task in (timer, *going_on):
+                task.cancel()  # the others, once one has failed
+        recovery = timer.result()
         outcome = await finish_and_check(
             ctx, chaos_runs, resumed, reference, recovery, point.problems
         )
