@@ -46,7 +46,8 @@ test-unit: install
 test-integration: install
 	$(PY) -m pytest -q -m integration
 
-# The fault matrix at full size (more runs, 100 reconnecting SSE clients); `make test` runs a
+# The fault matrix at full size (more runs, 100 reconnecting SSE clients, every kill point of
+# the takeover matrix on both stacks, 20 runs through a rolling restart); `make test` runs a
 # reduced form. Each fault test records its row under var/chaos/, rendered into
 # docs/reliability.md.
 chaos: install

@@ -57,6 +57,7 @@ SUITE = (
     Benchmark("sse_idle", "bench.suites.sse_idle"),
     Benchmark("run_memory", "bench.suites.run_memory"),
     Benchmark("replicas", "bench.suites.replicas"),
+    Benchmark("takeover", "bench.suites.takeover"),
 )
 
 

@@ -172,6 +172,28 @@ def _run_memory(results: Results) -> Judgement:
     return Judgement(aim, measured, executor <= 100)
 
 
+def _takeover(results: Results) -> Judgement:
+    figures = results.figures("takeover")
+    lease = float(results.settings("takeover").get("lease_s", 1.5))
+    aim = "a killed executor's run resumed within the lease + 2 s (p99)"
+    if figures is None:
+        return Judgement(aim, "—", None)
+    p99 = figures["kill_to_resumed_ms"]["p99"] / 1000
+    measured = f"p99 {number(p99, 2)} s with a {number(lease, 1)} s lease"
+    return Judgement(aim, measured, p99 <= lease + 2)
+
+
+def _hand_over(results: Results) -> Judgement:
+    figures = results.figures("takeover")
+    aim = "a stopping executor's run resumed elsewhere within 1 s (p99)"
+    if figures is None:
+        return Judgement(aim, "—", None)
+    released = figures["sigterm_to_release_ms"]["p99"] / 1000
+    resumed = figures["sigterm_to_resumed_ms"]["p99"] / 1000
+    measured = f"released {number(released, 2)} s, resumed {number(resumed, 2)} s after SIGTERM"
+    return Judgement(aim, measured, resumed < 1)
+
+
 JUDGES: tuple[Callable[[Results], Judgement], ...] = (
     _events_throughput,
     _subscriber_latency,
@@ -179,6 +201,8 @@ JUDGES: tuple[Callable[[Results], Judgement], ...] = (
     _concurrency,
     _idle_sse,
     _run_memory,
+    _takeover,
+    _hand_over,
 )
 
 

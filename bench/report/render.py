@@ -24,6 +24,7 @@ SECTIONS: tuple[Callable[[Context], str], ...] = (
     sections_runs.react_concurrency,
     sections_runs.run_memory,
     sections_replicas.replicas,
+    sections_replicas.takeover,
     sections_engine.end_to_end,
     sections_engine.tool_hooks,
     sections_events.events_append,

@@ -1,4 +1,5 @@
-"""Report section on executor replicas: one against three on the same machine."""
+"""Report sections on executor replicas: one against three on the same machine, and how long
+a run waits for another replica once its own executor dies or stops."""
 
 # ruff: noqa: RUF001  (the rendered markdown uses typographic multiplication and dashes)
 
@@ -69,3 +70,42 @@ works as a cluster's would: `StartRun` calls spread evenly over the replicas (ro
 over one comma-listed target), every run completes with its events read from the shared log,
 and spreading costs only that overhead. Showing throughput grow with executors needs more
 cores or machines than this benchmark has."""
+
+
+def takeover(ctx: Context) -> str:
+    figures = ctx.results.figures("takeover")
+    settings = ctx.results.settings("takeover")
+    lease, poll = settings.get("lease_s", 1.5), settings.get("poll_s", 0.2)
+    head = f"""## A run taken over
+
+```sh
+.venv/bin/python -m bench.suites.takeover --rounds 20 --lease 1.5 --poll 0.2
+```
+
+Three executors on PostgreSQL and Redis, run lease {number(lease, 1)} s
+(`SHUTTLE_RUN_LEASE_SECONDS`), every replica looking for runs to take over every
+{number(poll, 1)} s (`SHUTTLE_RUN_TAKEOVER_POLL_SECONDS`). Each of
+{settings.get("rounds", "N")} runs per row is held in its second model call, then the
+executor holding its lease is killed (-9) or stopped (SIGTERM); times run from the kill or
+signal to what a `StreamBatches` reader or a `GetWorkflow` poll (every 10 ms) sees."""
+    if figures is None:
+        return head + "\n\n" + missing("takeover")
+    rows = [
+        [label, number(figures[key]["p50"] / 1000, 2), number(figures[key]["p99"] / 1000, 2), aim]
+        for label, key, aim in (
+            (
+                "kill -9 → the resumed run's first event",
+                "kill_to_resumed_ms",
+                f"≤ lease + 2 s = {number(lease + 2, 1)} s",
+            ),
+            ("SIGTERM → the lease released", "sigterm_to_release_ms", "< 1 s"),
+            ("SIGTERM → the new owner's first event", "sigterm_to_resumed_ms", "< 1 s"),
+        )
+    ]
+    return f"""{head}
+
+{table(["from → to", "p50 (s)", "p99 (s)", "aim"], rows, "lrrl")}
+
+A killed executor's runs wait for the lease to lapse (no one can tell a dead executor from a
+slow one sooner), then for the next takeover poll, then for the new owner to read the run's
+log back; a stopping executor releases its leases at once, so only the poll remains."""

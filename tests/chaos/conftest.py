@@ -12,14 +12,20 @@ from typing import Literal
 import pytest
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tests.chaos.effect_provider import EffectProvider
 from tests.chaos.model import ChaosModel
 from tests.chaos.private_postgres import PrivatePostgres
+from tests.chaos.takeover import Kit
+from tests.chaos.takeover_model import TakeoverModel
+from tests.chaos.takeover_stacks import ReplicatedTarget
 from tests.support.databases import PrivateRedis, free_port
+from tests.support.replicated_stack import replicated_stack
 from tests.support.scripted_openai import ScriptedOpenAI
 from tests.support.stack import Stack, start_stack
 
 # Each model call waits this long, like a real model, so a fault lands while runs are busy.
 MODEL_LATENCY_SECONDS = 0.2
+TAKEOVER_COUNTS = {"events": 1, "tools": 1, "planner": 1, "executor": 3, "gateway": 2}
 
 
 class ChaosSettings(BaseSettings):
@@ -38,6 +44,12 @@ class Scale:
     reconnecting_clients: int
     cuts_per_client: int
     test_timeout_seconds: int
+    takeover_runs: int
+    """Runs held at each kill point of the takeover matrix (the first one's owner dies)."""
+    embedded_points: tuple[str, ...]
+    """Kill points also tried on the embedded stack under `shuttle up` (all: on replicas)."""
+    rolling_runs: int
+    """Runs in flight through a rolling restart of the executors."""
 
 
 SCALES = {
@@ -48,6 +60,9 @@ SCALES = {
         reconnecting_clients=10,
         cuts_per_client=2,
         test_timeout_seconds=240,
+        takeover_runs=1,
+        embedded_points=("model-call", "synthesis"),
+        rolling_runs=6,
     ),
     "full": Scale(
         "full",
@@ -56,6 +71,17 @@ SCALES = {
         reconnecting_clients=100,
         cuts_per_client=3,
         test_timeout_seconds=900,
+        takeover_runs=3,
+        embedded_points=(
+            "model-call",
+            "tool-in-flight",
+            "tool-ran",
+            "synthesis",
+            "paused",
+            "approval",
+            "dag-step",
+        ),
+        rolling_runs=20,
     ),
 }
 
@@ -122,3 +148,30 @@ def scaled_stack(
     finally:
         redis.stop()
         postgres.destroy()
+
+
+@pytest.fixture(scope="session")
+def takeover_kit() -> Iterator[Kit]:
+    """The takeover tests' model and tool provider, shared by both of their stacks."""
+    model = TakeoverModel()
+    model.start()
+    provider = EffectProvider().start()
+    kit = Kit(model, provider)
+    try:
+        yield kit
+    finally:
+        kit.release_all()
+        provider.stop()
+        model.stop()
+
+
+@pytest.fixture(scope="session")
+def takeover_replicas(
+    takeover_kit: Kit, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ReplicatedTarget]:
+    """Three executors and two gateways on PostgreSQL and Redis, with short run leases."""
+    data_dir = Path(tmp_path_factory.mktemp("chaos-takeover"))
+    workspaces = data_dir / "workspaces"
+    env = takeover_kit.environment(workspaces)
+    with replicated_stack(data_dir, TAKEOVER_COUNTS, takeover_kit.model.base_url, env) as stack:
+        yield ReplicatedTarget(stack, workspaces)

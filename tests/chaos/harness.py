@@ -21,6 +21,14 @@ page by page with EventService.List:
 The run's shape is checked too: one WORKFLOW_STARTED, one terminal event (WORKFLOW_COMPLETED,
 WORKFLOW_CANCELLED, or a fatal ERROR_OCCURRED for a run the fault ended), STREAM_END last,
 each TOOL_INVOKED followed by exactly one TOOL_OBSERVATION of the same call id.
+
+A run another executor took over (`resumable`) is audited per owner: its log is cut at each
+ERROR_RECOVERY{recovery_action: "resumed"}, and within each part the rules above hold; across
+parts the new owner may start its agents again, think again about an iteration whose model
+call was lost, invoke again a call left without its observation (the tools service's ledger
+answers it) and stream an answer again from index 0. What happens once per run stays once
+per run: the start, the terminal, STREAM_END, the whole answer, each call's observation, each
+agent's completion.
 """
 
 from __future__ import annotations
@@ -49,6 +57,10 @@ ONCE_PER_RUN = frozenset(
     {"WORKFLOW_STARTED", *TERMINAL_TYPES, "STREAM_END", "THREAD_MESSAGE_COMPLETED"}
 )
 COMPARED_FIELDS = ("type", "agent_id", "message", "payload", "timestamp", "trace_id")
+PER_OWNER_TYPES = frozenset(
+    {"AGENT_STARTED", "AGENT_THINKING", "TOOL_INVOKED", "THREAD_MESSAGE_DELTA"}
+)
+"""Identities a new owner may repeat once (see the module docstring)."""
 
 
 @dataclass
@@ -69,6 +81,12 @@ def is_terminal(event: dict[str, Any]) -> bool:
     if event["type"] == "ERROR_OCCURRED":
         return bool(event["payload"].get("fatal"))
     return event["type"] in TERMINAL_TYPES
+
+
+def is_resumption(event: dict[str, Any]) -> bool:
+    """A new owner's first word on a run it took over."""
+    action = event["payload"].get("recovery_action")
+    return bool(event["type"] == "ERROR_RECOVERY" and action == "resumed")
 
 
 def identity(event: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -93,8 +111,10 @@ def audit_run(
     log: Sequence[dict[str, Any]],
     subscriptions: Sequence[Subscription],
     terminal: str = "WORKFLOW_COMPLETED",
+    resumable: bool = False,
 ) -> RunAudit:
-    """Check one run's log and every subscriber's copy of it (see the module docstring)."""
+    """Check one run's log and every subscriber's copy of it (see the module docstring);
+    `resumable`: per owner, for a run that may have been taken over."""
     result = RunAudit(workflow_id, last_seq, len(subscriptions))
     by_seq = {int(event["seq"]): event for event in log}
     durable = {seq for seq, event in by_seq.items() if event["type"] not in EPHEMERAL_TYPES}
@@ -102,7 +122,7 @@ def audit_run(
     log_seqs = [int(event["seq"]) for event in log]
     result.duplicated += len(log_seqs) - len(set(log_seqs))
     result.gaps += sum(1 for a, b in itertools.pairwise(log_seqs) if b <= a)
-    result.duplicated += _repeated_identities(log, result.problems)
+    result.duplicated += _repeated_identities(log, result.problems, resumable)
     for sub in subscriptions:
         counts = Counter(sub.seqs)
         result.duplicated += sum(n - 1 for n in counts.values())
@@ -121,7 +141,7 @@ def audit_run(
     for sub in subscriptions:
         missed = seen_anywhere - set(sub.seqs) - durable
         result.ephemeral_skipped += len(missed)
-    result.problems += _shape_problems(log, last_seq, terminal)
+    result.problems += _shape_problems(log, last_seq, terminal, resumable)
     return result
 
 
@@ -129,13 +149,20 @@ def _differs(received: dict[str, Any], expected: dict[str, Any]) -> bool:
     return any(received.get(name) != expected.get(name) for name in COMPARED_FIELDS)
 
 
-def _repeated_identities(log: Iterable[dict[str, Any]], problems: list[str]) -> int:
+def _repeated_identities(
+    log: Iterable[dict[str, Any]], problems: list[str], resumable: bool = False
+) -> int:
     seen: dict[tuple[Any, ...], int] = {}
     repeats = 0
+    owner = 0
     for event in log:
+        if resumable and is_resumption(event):
+            owner += 1
         key = identity(event)
         if key is None:
             continue
+        if resumable and event["type"] in PER_OWNER_TYPES:
+            key = (*key, "owner", owner)
         if key in seen:
             repeats += 1
             problems.append(f"seq {event['seq']} repeats seq {seen[key]}: {key}")
@@ -144,7 +171,9 @@ def _repeated_identities(log: Iterable[dict[str, Any]], problems: list[str]) -> 
     return repeats
 
 
-def _shape_problems(log: Sequence[dict[str, Any]], last_seq: int, terminal: str) -> list[str]:
+def _shape_problems(
+    log: Sequence[dict[str, Any]], last_seq: int, terminal: str, resumable: bool = False
+) -> list[str]:
     types = [event["type"] for event in log]
     problems = []
     if types.count("WORKFLOW_STARTED") != 1:
@@ -156,6 +185,9 @@ def _shape_problems(log: Sequence[dict[str, Any]], last_seq: int, terminal: str)
         problems.append("STREAM_END is not the last event at last_seq")
     invoked = [e["payload"].get("call_id") for e in log if e["type"] == "TOOL_INVOKED"]
     observed = [e["payload"].get("call_id") for e in log if e["type"] == "TOOL_OBSERVATION"]
+    if resumable:
+        # Invoked again by a new owner is fine; observed is still once per call (identities).
+        invoked = sorted(set(invoked))
     if sorted(invoked) != sorted(observed):
         problems.append(f"tool calls invoked {invoked} but observed {observed}")
     for call_id in invoked:

@@ -13,6 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos.harness import RESULTS_DIR
+from tests.chaos.takeover_points import POINTS
+
+TAKEOVER_ROWS = [
+    f"takeover-{point}-{stack}" for stack in ("replicated", "embedded") for point in POINTS
+]
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
 START = "<!-- chaos-table:start -->"
@@ -26,6 +31,10 @@ ORDER = [
     "stalled-subscriber",
     "model-rate-limited",
     "executor-lost",
+    "executor-orphaned",
+    *TAKEOVER_ROWS,
+    "rolling-restart",
+    "max-takeovers",
     "tools-restarted",
     "replica-lost-events",
     "replica-lost-tools",
@@ -33,7 +42,8 @@ ORDER = [
     "replica-lost-gateway",
 ]
 PENDING = {
-    "executor-lost": "executor owning the run killed",
+    "executor-lost": "executor owning the run killed, another one running",
+    "executor-orphaned": "the only executor killed, none started again",
     "tools-restarted": "tools service restarted mid-call",
 }
 HEADER = (

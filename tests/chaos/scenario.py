@@ -76,15 +76,18 @@ class Scenario:
         seqs = await asyncio.gather(*(last_seq(self.channel, wf) for wf in self.workflow_ids))
         return dict(zip(self.workflow_ids, seqs, strict=True))
 
-    async def finish(self, terminal: str = "WORKFLOW_COMPLETED") -> list[RunAudit]:
-        """Wait for every subscriber to end (or give up), then audit every run."""
+    async def finish(
+        self, terminal: str = "WORKFLOW_COMPLETED", resumable: bool = False
+    ) -> list[RunAudit]:
+        """Wait for every subscriber to end (or give up), then audit every run (`resumable`:
+        per owner, see harness.py)."""
         await asyncio.gather(*self._readers)
         audits = []
         for workflow_id in self.workflow_ids:
             log = await read_log(self.channel, workflow_id)
             subs = [s for s in self.subscriptions if s.workflow_id == workflow_id]
             final = await last_seq(self.channel, workflow_id)
-            audits.append(audit_run(workflow_id, final, log, subs, terminal))
+            audits.append(audit_run(workflow_id, final, log, subs, terminal, resumable))
         return audits
 
     def cancel(self) -> None:

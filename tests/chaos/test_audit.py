@@ -100,3 +100,41 @@ def test_a_recoverable_error_is_not_a_terminal() -> None:
     log = [*LOG[:4], retried, *({**e, "seq": e["seq"] + 1} for e in LOG[4:])]
     audit = audit_run("wf", 8, log, [subscriber(list(log))])
     assert (audit.lost, audit.duplicated, audit.gaps, audit.problems) == (0, 0, 0, [])
+
+
+def taken_over(*after: dict[str, Any]) -> list[dict[str, Any]]:
+    """A run whose owner died with call c2 invoked and the answer started, then `after`."""
+    log = [
+        event(1, "WORKFLOW_STARTED"),
+        event(2, "AGENT_THINKING", iteration=1, status="start"),
+        event(3, "TOOL_INVOKED", call_id="c2"),
+        event(4, "THREAD_MESSAGE_DELTA", index=0),
+        event(5, "ERROR_RECOVERY", error_type="EXECUTOR_LOST", recovery_action="resumed"),
+        event(6, "AGENT_THINKING", iteration=1, status="start"),
+        event(7, "TOOL_INVOKED", call_id="c2"),
+        event(8, "TOOL_OBSERVATION", call_id="c2"),
+        event(9, "THREAD_MESSAGE_DELTA", index=0),
+        *after,
+    ]
+    tail = ["THREAD_MESSAGE_COMPLETED", "WORKFLOW_COMPLETED", "STREAM_END"]
+    return log + [event(len(log) + 1 + i, kind) for i, kind in enumerate(tail)]
+
+
+def test_a_new_owner_may_repeat_once_what_its_predecessor_left_unfinished() -> None:
+    log = taken_over()
+    last = len(log)
+    resumed = audit_run("wf", last, log, [subscriber(list(log))], resumable=True)
+    assert (resumed.duplicated, resumed.gaps, resumed.problems) == (0, 0, [])
+    # Audited as one owner's log, the same repeats are duplicates.
+    plain = audit_run("wf", last, log, [subscriber(list(log))])
+    assert plain.duplicated == 3
+
+
+def test_what_happens_once_per_run_stays_once_across_owners() -> None:
+    twice = taken_over(event(10, "TOOL_OBSERVATION", call_id="c2"))
+    audit = audit_run("wf", len(twice), twice, [], resumable=True)
+    assert audit.duplicated == 1
+    assert any("observed" in problem for problem in audit.problems)
+
+    rethought = taken_over(event(10, "AGENT_THINKING", iteration=1, status="start"))
+    assert audit_run("wf", len(rethought), rethought, [], resumable=True).duplicated == 1

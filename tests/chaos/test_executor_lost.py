@@ -1,7 +1,12 @@
-"""The executor that owns the runs is killed (-9) mid-run. Its leases lapse and the events
-service ends each run with a fatal ERROR_OCCURRED (EXECUTOR_LOST) and STREAM_END, so every
-browser's stream ends instead of hanging; the log loses and repeats nothing, and the task
-shows as failed even before an executor is back."""
+"""The executor that owns the runs is killed (-9) mid-run.
+
+With another executor running, it claims each run once the lease lapses, appends
+ERROR_RECOVERY{recovery_action: "resumed"} and finishes it: every run completes with the
+answer an uninterrupted run gives, and the log loses and repeats nothing. With no executor
+left, each run stays claimable for SHUTTLE_EVENTS_ORPHAN_SECONDS, then the events service
+ends it with a fatal ERROR_OCCURRED (EXECUTOR_LOST) and STREAM_END, so every browser's
+stream ends instead of hanging, and the task shows as failed even before an executor is
+back."""
 
 from __future__ import annotations
 
@@ -17,21 +22,30 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tests.chaos.conftest import MODEL_LATENCY_SECONDS, Scale
-from tests.chaos.harness import assert_clean, read_log, record_row, wait_until
-from tests.chaos.model import ChaosModel
-from tests.chaos.scenario import scenario
+from tests.chaos.harness import (
+    assert_clean,
+    is_resumption,
+    is_terminal,
+    read_log,
+    record_row,
+    wait_until,
+)
+from tests.chaos.model import ANSWER_WORDS, ChaosModel
+from tests.chaos.scenario import Scenario, scenario
 from tests.support.gate import Gate
-from tests.support.processes import restart_supervised
+from tests.support.processes import restart_supervised, start_service_process, stop_process
 from tests.support.scripted_openai import ScriptedOpenAI
 from tests.support.stack import Stack, start_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
-LEASE_SECONDS = 2.0
+LEASE_SECONDS = 1.5
 SWEEP_SECONDS = 0.5
-# The lease bounds how long a dead executor's streams stay open: one still open a minute
-# past lease and sweep is hanging, not slow.
-STREAMS_END_WITHIN_SECONDS = LEASE_SECONDS + SWEEP_SECONDS + 60
+TAKEOVER_POLL_SECONDS = 0.2
+ORPHAN_SECONDS = 2.0
+# Lease and orphan time bound how long a dead executor's streams stay open: one still open a
+# minute past them is hanging, not slow.
+STREAMS_END_WITHIN_SECONDS = LEASE_SECONDS + ORPHAN_SECONDS + SWEEP_SECONDS + 60
 HELD_AFTER_TOOL_RESULTS = 1
 
 
@@ -74,17 +88,31 @@ def holding_model() -> Iterator[HoldingModel]:
 
 @pytest.fixture
 def leased_stack(holding_model: HoldingModel, tmp_path: Path) -> Iterator[Stack]:
-    """The embedded stack with short run leases, swept often."""
+    """The embedded stack with short run leases, swept often, orphans ended soon."""
     stack = start_stack(
         tmp_path,
         holding_model.base_url,
         extra_env={
             "SHUTTLE_RUN_LEASE_SECONDS": str(LEASE_SECONDS),
+            "SHUTTLE_RUN_TAKEOVER_POLL_SECONDS": str(TAKEOVER_POLL_SECONDS),
             "SHUTTLE_EVENTS_LEASE_SWEEP_SECONDS": str(SWEEP_SECONDS),
+            "SHUTTLE_EVENTS_ORPHAN_SECONDS": str(ORPHAN_SECONDS),
         },
     )
     yield stack
     stack.stop()
+
+
+@pytest.fixture
+def second_executor(leased_stack: Stack, tmp_path: Path) -> Iterator[None]:
+    """Another executor on the same events service, which the gateway does not dial: it
+    gets runs only by taking them over."""
+    env = leased_stack.supervisor.environment()
+    env.pop("SHUTTLE_EXECUTOR_PORT")
+    env["SHUTTLE_EVENTS_ORPHAN_SECONDS"] = str(ORPHAN_SECONDS)
+    process, _ = start_service_process("executor", env, tmp_path / "executor-2.log")
+    yield
+    stop_process(process)
 
 
 def kill(stack: Stack, name: str) -> None:
@@ -93,20 +121,73 @@ def kill(stack: Stack, name: str) -> None:
     process.wait()
 
 
-async def test_runs_of_a_killed_executor_end_with_executor_lost(
+async def hold_every_run(chaos: Scenario, holding_model: HoldingModel, runs: int) -> None:
+    """Until every run is mid-run: a tool used, its next model call held."""
+    await chaos.wait_until_mid_run()
+
+    async def every_run_waits_on_the_model() -> bool:
+        return len(holding_model.held) == runs
+
+    await wait_until(every_run_waits_on_the_model, "every run waits on the model")
+
+
+@pytest.mark.usefixtures("second_executor")
+async def test_runs_of_a_killed_executor_resume_on_another(
     leased_stack: Stack, holding_model: HoldingModel, scale: Scale
 ) -> None:
     stack = leased_stack
     async with scenario(stack) as chaos:
         ids = await chaos.start_runs(scale.runs, "executor-lost")
         chaos.subscribe_to_every_run(scale.subscribers_per_run)
+        await hold_every_run(chaos, holding_model, len(ids))
+        killed_at = time.monotonic()
+        await asyncio.to_thread(kill, stack, "executor")
+        holding_model.release.open()
 
-        await chaos.wait_until_mid_run()
+        async def every_run_resumed() -> bool:
+            ended = [e for s in chaos.subscriptions for e in s.events if is_terminal(e)]
+            assert not ended, f"a run ended before it was resumed: {ended[0]['payload']}"
+            return all(any(map(is_resumption, s.events)) for s in chaos.subscriptions)
 
-        async def every_run_waits_on_the_model() -> bool:
-            return len(holding_model.held) == len(ids)
+        await wait_until(every_run_resumed, "every subscriber sees its run resumed")
+        recovery = time.monotonic() - killed_at
+        audits = await chaos.finish(resumable=True)
+        logs = {wf: await read_log(chaos.channel, wf) for wf in ids}
+        tasks = {wf: (await chaos.client.get(f"/api/v1/tasks/{wf}")).json() for wf in ids}
 
-        await wait_until(every_run_waits_on_the_model, "every run waits on the model")
+    record_row(
+        "executor-lost",
+        f"executor owning the runs killed (-9) mid-run, another one running; "
+        f"lease {LEASE_SECONDS:g} s",
+        scale.name,
+        audits,
+        chaos.subscriptions,
+        recovery,
+        "kill to every subscriber receiving its run's ERROR_RECOVERY (resumed)",
+    )
+    assert_clean(audits)
+    words = " ".join(f"w{i}" for i in range(ANSWER_WORDS))
+    for workflow_id in ids:
+        log = logs[workflow_id]
+        assert [e["type"] for e in log][-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
+        (resumed,) = [e["payload"] for e in log if is_resumption(e)]
+        assert resumed["error_type"] == "EXECUTOR_LOST", resumed
+        question = log[0]["payload"]["query"]
+        # The answer the model gives a run that went through undisturbed.
+        assert log[-2]["payload"]["result"] == f"Answer to {question}: {words}."
+        results = [e["payload"]["result"] for e in log if e["type"] == "TOOL_OBSERVATION"]
+        assert results == [str(7 * n) for n in range(1, len(results) + 1)], results
+        assert tasks[workflow_id]["status"] == "completed", tasks[workflow_id]
+
+
+async def test_runs_with_no_executor_left_end_executor_lost(
+    leased_stack: Stack, holding_model: HoldingModel, scale: Scale
+) -> None:
+    stack = leased_stack
+    async with scenario(stack) as chaos:
+        ids = await chaos.start_runs(scale.runs, "executor-orphaned")
+        chaos.subscribe_to_every_run(scale.subscribers_per_run)
+        await hold_every_run(chaos, holding_model, len(ids))
         at_fault = await chaos.positions()
         killed_at = time.monotonic()
         await asyncio.to_thread(kill, stack, "executor")
@@ -134,14 +215,14 @@ async def test_runs_of_a_killed_executor_end_with_executor_lost(
         }
 
     record_row(
-        "executor-lost",
-        f"executor owning the runs killed (-9) mid-run; lease {LEASE_SECONDS:g} s",
+        "executor-orphaned",
+        f"the only executor killed (-9) mid-run, none started again; lease {LEASE_SECONDS:g} s",
         scale.name,
         audits,
         chaos.subscriptions,
         recovery,
-        f"kill to every stream's STREAM_END (lease {LEASE_SECONDS:g} s, "
-        f"swept every {SWEEP_SECONDS:g} s)",
+        f"kill to every stream's STREAM_END (lease {LEASE_SECONDS:g} s, orphaned after "
+        f"{ORPHAN_SECONDS:g} s more, swept every {SWEEP_SECONDS:g} s)",
     )
     assert_clean(audits)
     for sub in chaos.subscriptions:
@@ -152,16 +233,16 @@ async def test_runs_of_a_killed_executor_end_with_executor_lost(
         log = logs[workflow_id]
         # The fault hit every run mid-way: it was ended after the kill, not finished.
         assert by_id[workflow_id].last_seq > at_fault[workflow_id]
+        assert not any(map(is_resumption, log))
         (lost,) = [e for e in log if e["type"] == "ERROR_OCCURRED"]
         payload = lost["payload"]
         assert payload["error_type"] == "EXECUTOR_LOST"
         assert (payload["fatal"], payload["recoverable"]) == (True, False)
-        assert "Retry the task" in payload["error_message"]
-        assert payload["lost_owner"] in payload["error_message"]
+        assert payload["lost_owner"] and payload["error_message"], payload
 
         task = tasks[workflow_id]
         assert task["status"] == "failed", task
-        assert "stopped responding" in task["error"]
+        assert task["error"], task
         assert task["last_seq"] == by_id[workflow_id].last_seq
         durable = [event["seq"] for event in histories[workflow_id]["events"]]
         assert durable == sorted(set(durable)) and durable[-1] == task["last_seq"]

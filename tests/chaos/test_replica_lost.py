@@ -1,7 +1,7 @@
 """One replica of events, tools, planner or gateway is killed (-9) under load while its twin
 runs on: runs in flight go on through the survivor, subscribers of a lost gateway follow
-through the other one with Last-Event-ID. (A lost executor's runs end EXECUTOR_LOST: see
-test_executor_lost.py.)"""
+through the other one with Last-Event-ID. (A lost executor's runs are taken over by another:
+see test_executor_lost.py and the takeover matrix, test_takeover_*.py.)"""
 
 from __future__ import annotations
 
