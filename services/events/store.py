@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Collection, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine, Select, delete, select
@@ -88,11 +88,20 @@ class SqlEventStore:
         owner: str = "",
         query: str = "",
         session_id: str = "",
+        spec_json: str = "",
+        lease_owner: str = "",
+        lease_ttl_ms: int = 0,
     ) -> WorkflowRecord:
         """Register a workflow with an empty log; AlreadyExists if the id is taken,
-        ResourceExhausted if the tenant has as many active workflows as it may have."""
+        ResourceExhausted if the tenant has as many active workflows as it may have. With a
+        `lease_owner` it is created leased to it at epoch 1 for `lease_ttl_ms`, so no
+        claimer can take it between its creation and its first renewal."""
         now = self._clock()
-        owner, query, session_id = map(storable_text, (owner, query, session_id))
+        owner, query, session_id, spec_json = map(
+            storable_text, (owner, query, session_id, spec_json)
+        )
+        leased = bool(lease_owner)
+        expires = now + timedelta(milliseconds=lease_ttl_ms) if leased else None
         record = WorkflowRecord(
             workflow_id=workflow_id,
             tenant_id=tenant_id,
@@ -103,6 +112,10 @@ class SqlEventStore:
             last_seq=0,
             created_at=now,
             updated_at=now,
+            lease_owner=lease_owner,
+            lease_expires_at=expires,
+            lease_epoch=1 if leased else 0,
+            spec_json=spec_json,
         )
         row = {
             "id": workflow_id,
@@ -114,6 +127,10 @@ class SqlEventStore:
             "last_seq": 0,
             "created_at": now,
             "updated_at": now,
+            "lease_owner": lease_owner,
+            "lease_expires_at": expires,
+            "lease_epoch": record.lease_epoch,
+            "spec": spec_json,
         }
         try:
             await self.write(insert_workflow, row, self._tenant_max_runs)

@@ -38,9 +38,9 @@ async def test_migrations_create_the_tables_with_their_own_version_table(
         engine
     )
     assert "alembic_version" not in await table_names(engine)  # left to other services
-    assert await current_revision(engine) == "0003"
+    assert await current_revision(engine) == "0004"
     await migrate(engine)  # a second run (a restart) changes nothing
-    assert await current_revision(engine) == "0003"
+    assert await current_revision(engine) == "0004"
 
 
 async def count(engine: AsyncEngine, table: Table, workflow_id: str) -> int:
@@ -97,7 +97,7 @@ async def test_admin_migrate_and_purge_commands(tmp_path: Path) -> None:
     env = {"SHUTTLE_DATA_DIR": str(tmp_path / "var"), "SHUTTLE_DATABASE_URL": ""}
     code, output = await run_admin(env, "migrate")
     assert code == 0, output
-    assert "revision 0003" in output
+    assert "revision 0004" in output
     assert (tmp_path / "var" / "shuttle.db").is_file()
     code, output = await run_admin(env, "purge", "--days", "30")
     assert code == 0, output
