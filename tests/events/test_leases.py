@@ -13,6 +13,7 @@ from services.events.claims import claim_runs
 from services.events.errors import FailedPrecondition, Fenced, InvalidArgument, NotFound
 from services.events.records import WorkflowStatus
 from shuttle.grpc_client import tenant_metadata
+from shuttle.settings import SettingsError, load_settings
 from shuttle.v1 import events_pb2, events_pb2_grpc
 from tests.support.databases import EngineMaker
 
@@ -197,3 +198,13 @@ async def test_renew_lease_over_grpc(stub: events_pb2_grpc.EventServiceAsyncStub
             )
         assert caught.value.code() == code
         assert words in (caught.value.details() or "")
+
+
+def test_the_orphan_time_is_a_setting_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SHUTTLE_EVENTS_ORPHAN_SECONDS", raising=False)
+    assert load_settings().events_orphan_seconds == 120.0
+    monkeypatch.setenv("SHUTTLE_EVENTS_ORPHAN_SECONDS", "2.5")
+    assert load_settings().events_orphan_seconds == 2.5
+    monkeypatch.setenv("SHUTTLE_EVENTS_ORPHAN_SECONDS", "0")
+    with pytest.raises(SettingsError, match="SHUTTLE_EVENTS_ORPHAN_SECONDS"):
+        load_settings()
