@@ -156,3 +156,35 @@ async def test_revision_0003_indexes_workflows_by_tenant_and_status(engine: Asyn
         indexes = await conn.run_sync(lambda sync: inspect(sync).get_indexes("workflows"))
     columns = {index["name"]: index["column_names"] for index in indexes}
     assert columns["ix_workflows_tenant_status"] == ["tenant_id", "status"]
+
+
+async def test_revision_0004_gives_existing_workflows_no_epoch_no_takeovers_no_spec(
+    tmp_path: Path,
+) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'upgrade.db'}")
+    try:
+        await migrate(engine, "0003")
+        then = datetime(2026, 6, 1, tzinfo=UTC)
+        async with engine.begin() as conn:
+            await conn.execute(
+                workflows.insert().values(
+                    id="wf-old",
+                    tenant_id="t1",
+                    status="RUNNING",
+                    lease_owner="exec-a",
+                    lease_expires_at=then,
+                    created_at=then,
+                    updated_at=then,
+                )
+            )
+        await migrate(engine)
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(workflows.c.lease_epoch, workflows.c.takeovers, workflows.c.spec)
+                )
+            ).one()
+        assert tuple(row) == (0, 0, "")
+        assert await current_revision(engine) == "0004"
+    finally:
+        await engine.dispose()
