@@ -34,7 +34,7 @@ from sqlalchemy import (
 from .bulk_insert import insert_rows
 from .errors import EventsError, FailedPrecondition, Fenced, InvalidArgument, NotFound
 from .lifecycle import RowUpdate, derive_update
-from .models import appends, events, tool_results, workflows
+from .models import WORKFLOW_ROW, appends, events, tool_results, workflows
 from .records import (
     TERMINAL_STATUSES,
     Appended,
@@ -255,15 +255,22 @@ def _unbumped_answer(conn: Connection, request: AppendRequest) -> Appended:
     return _closed_log_answer(row, request)
 
 
-def workflow_row(conn: Connection, workflow_id: str, tenant_id: str) -> RowMapping:
-    """The workflow's row; NotFound when missing or owned by another tenant."""
-    found = conn.execute(_WORKFLOW, {"b_id": workflow_id, "b_tenant": tenant_id})
+def workflow_row(
+    conn: Connection, workflow_id: str, tenant_id: str, *, with_spec: bool = False
+) -> RowMapping:
+    """The workflow's row (its spec only `with_spec`); NotFound when missing or owned by
+    another tenant."""
+    query = _WORKFLOW_WITH_SPEC if with_spec else _WORKFLOW
+    found = conn.execute(query, {"b_id": workflow_id, "b_tenant": tenant_id})
     return _found(found.mappings().one_or_none(), workflow_id)
 
 
 # Built once: every stream, lookup and lease renewal reads the row, and composing the
 # statement cost more CPU than running it.
-_WORKFLOW = select(workflows).where(
+_WORKFLOW = select(*WORKFLOW_ROW).where(
+    workflows.c.id == bindparam("b_id"), workflows.c.tenant_id == bindparam("b_tenant")
+)
+_WORKFLOW_WITH_SPEC = select(workflows).where(
     workflows.c.id == bindparam("b_id"), workflows.c.tenant_id == bindparam("b_tenant")
 )
 

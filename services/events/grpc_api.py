@@ -83,7 +83,9 @@ class EventServiceServicer:
         context: grpc.aio.ServicerContext[events_pb2.GetWorkflowRequest, events_pb2.Workflow],
     ) -> events_pb2.Workflow:
         tenant = await _tenant(context, request.tenant_id)
-        record = await answered(context, self._log.get_workflow(request.workflow_id, tenant))
+        record = await answered(
+            context, self._log.get_workflow(request.workflow_id, tenant, with_spec=True)
+        )
         return workflow_message(record)
 
     async def Append(

@@ -32,7 +32,7 @@ from shuttle.sql_transactions import EngineWrites, WriteTransactions
 
 from .append_tx import workflow_row
 from .errors import FailedPrecondition, InvalidArgument
-from .models import workflows
+from .models import WORKFLOW_ROW, workflows
 from .records import TERMINAL_STATUSES, WorkflowRecord
 from .rows import workflow_record
 from .store import Clock, utc_now
@@ -87,7 +87,7 @@ _TAKE = (
             else_=workflows.c.lease_epoch + 1,
         ),
     )
-    .returning(*workflows.c)
+    .returning(*WORKFLOW_ROW)
 )
 # With an epoch: only while that owner and epoch hold it, lapsed or not.
 _EXTEND = (
@@ -98,7 +98,7 @@ _EXTEND = (
         workflows.c.lease_epoch == bindparam("b_epoch"),
     )
     .values(lease_expires_at=_UNTIL)
-    .returning(*workflows.c)
+    .returning(*WORKFLOW_ROW)
 )
 # Hand-over: no owner, expired now; repeated (already released at this epoch) it changes
 # nothing, so a retried release is answered alike.
@@ -119,7 +119,7 @@ _RELEASE = (
             else_=bindparam("b_now", type_=workflows.c.lease_expires_at.type),
         ),
     )
-    .returning(*workflows.c)
+    .returning(*WORKFLOW_ROW)
 )
 
 

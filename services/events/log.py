@@ -117,9 +117,12 @@ class EventLog:
             lease_ttl_ms=lease_ttl_ms,
         )
 
-    async def get_workflow(self, workflow_id: str, tenant_id: str) -> WorkflowRecord:
+    async def get_workflow(
+        self, workflow_id: str, tenant_id: str, *, with_spec: bool = False
+    ) -> WorkflowRecord:
+        """The workflow's row; its spec_json (megabytes, at times) only `with_spec`."""
         _check_target(workflow_id, tenant_id)
-        return await self._store.get_workflow(workflow_id, tenant_id)
+        return await self._store.get_workflow(workflow_id, tenant_id, with_spec=with_spec)
 
     async def append(
         self,

@@ -67,6 +67,10 @@ workflows = Table(
     Index("ix_workflows_lease_expires_at", "lease_expires_at"),
 )
 
+# The row as most reads and lease answers want it: without the run's spec, which may run to
+# megabytes and only GetWorkflow and claims return.
+WORKFLOW_ROW = tuple(column for column in workflows.c if column.name != "spec")
+
 events = Table(
     "events",
     metadata,

@@ -36,7 +36,7 @@ def workflow_record(row: RowMapping) -> WorkflowRecord:
         lease_expires_at=row["lease_expires_at"],
         lease_epoch=row["lease_epoch"],
         takeovers=row["takeovers"],
-        spec_json=row["spec"],
+        spec_json=row.get("spec", ""),  # read only where it is answered
     )
 
 

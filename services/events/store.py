@@ -115,7 +115,6 @@ class SqlEventStore:
             lease_owner=lease_owner,
             lease_expires_at=expires,
             lease_epoch=1 if leased else 0,
-            spec_json=spec_json,
         )
         row = {
             "id": workflow_id,
@@ -146,9 +145,12 @@ class SqlEventStore:
         (the ids deleted, how many events went with them). Others' ids are left alone."""
         return await self.write(_delete_workflows, tenant_id, workflow_ids)
 
-    async def get_workflow(self, workflow_id: str, tenant_id: str) -> WorkflowRecord:
-        """The workflow's row; NotFound when missing or owned by another tenant."""
-        return await self.read(_workflow, workflow_id, tenant_id)
+    async def get_workflow(
+        self, workflow_id: str, tenant_id: str, *, with_spec: bool = False
+    ) -> WorkflowRecord:
+        """The workflow's row (its spec_json only `with_spec`); NotFound when missing or
+        owned by another tenant."""
+        return await self.read(_workflow, workflow_id, tenant_id, with_spec)
 
     async def append(
         self,
@@ -280,8 +282,10 @@ class SqlEventStore:
         )
 
 
-def _workflow(conn: Connection, workflow_id: str, tenant_id: str) -> WorkflowRecord:
-    return workflow_record(workflow_row(conn, workflow_id, tenant_id))
+def _workflow(
+    conn: Connection, workflow_id: str, tenant_id: str, with_spec: bool
+) -> WorkflowRecord:
+    return workflow_record(workflow_row(conn, workflow_id, tenant_id, with_spec=with_spec))
 
 
 def _full_results(conn: Connection, query: Select[Any]) -> dict[int, str]:

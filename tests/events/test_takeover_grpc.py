@@ -68,7 +68,7 @@ async def test_a_run_is_created_leased_handed_over_and_renewed_at_its_epoch(
     assert (claimed.lease_epoch, claimed.takeovers, claimed.spec_json) == (2, 0, SPEC)
     assert claimed.status == common_pb2.WORKFLOW_STATUS_RUNNING
     renewed = await client.renew_lease("wf-1", TENANT, "exec-b", 30, epoch=2)
-    assert (renewed.lease_owner, renewed.lease_epoch) == ("exec-b", 2)
+    assert (renewed.lease_owner, renewed.lease_epoch, renewed.spec_json) == ("exec-b", 2, "")
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await client.renew_lease("wf-1", TENANT, "exec-a", 30, epoch=1)
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
