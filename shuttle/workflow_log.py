@@ -73,3 +73,12 @@ class AppendRefused(Exception):
         super().__init__(f"{status}: {details}")
         self.status = status
         """The gRPC status name it refused the batch with (INVALID_ARGUMENT, NOT_FOUND…)."""
+
+
+class LogFenced(AppendRefused):
+    """The run's lease moved past the producer's epoch: another executor took the run over
+    (or the events service is ending it). The batch was not stored; the producer must stop
+    the run without appending more. Never resent."""
+
+    def __init__(self, details: str) -> None:
+        super().__init__("ABORTED", details)

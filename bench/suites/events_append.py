@@ -7,6 +7,8 @@ the floor any SQL-backed log pays.
 
     .venv/bin/python -m bench.suites.events_append [--workflows 8] [--batches 50] [--batch 100]
         [--batched]   (subscribers use StreamBatches instead of Stream)
+        [--fenced]    (workflows created leased; every append carries the lease epoch, as a
+                       run's appends do, so each is fenced on it)
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ TENANT = tenant_metadata("bench")
 PAYLOAD = json.dumps({"step": 1, "note": "x" * 80})
 # --batched: subscribers use StreamBatches (several events per message) instead of Stream.
 BATCHED = False
+# --fenced: every append carries the workflow's lease epoch (1: created leased).
+FENCED = False
 
 
 def drafts(count: int) -> list[common_pb2.EventDraft]:
@@ -48,8 +52,11 @@ async def shuttle_run(
 ) -> tuple[float, float]:
     """Seconds until every append returned, and until every event reached its subscriber."""
     ids = []
+    request = events_pb2.CreateWorkflowRequest()
+    if FENCED:
+        request.lease_owner, request.lease_ttl_ms = "bench", 3_600_000
     for _ in range(workflows):
-        created = await stub.CreateWorkflow(events_pb2.CreateWorkflowRequest(), metadata=TENANT)
+        created = await stub.CreateWorkflow(request, metadata=TENANT)
         ids.append(created.workflow_id)
     ready = asyncio.Barrier(workflows + 1)
 
@@ -76,6 +83,7 @@ async def shuttle_run(
                     events=events,
                     producer_id="bench",
                     batch_seq=number + 1,
+                    lease_epoch=1 if FENCED else 0,
                 ),
                 metadata=TENANT,
             )
@@ -157,11 +165,14 @@ async def main() -> None:
     parser.add_argument("--batches", type=int, help="batches per workflow (50; quick 10)")
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--batched", action="store_true", help="subscribe with StreamBatches")
+    parser.add_argument(
+        "--fenced", action="store_true", help="appends carry the lease epoch (fenced)"
+    )
     add_common_arguments(parser)
     args = parser.parse_args()
     args.batches = sized(args.batches, args.quick, full=50, small=10)
-    global BATCHED
-    BATCHED = args.batched
+    global BATCHED, FENCED
+    BATCHED, FENCED = args.batched, args.fenced
     print(
         f"{args.workflows} workflows x {args.batches} batches x {args.batch} events, "
         "one producer and one live subscriber per workflow, events/s:"
@@ -176,7 +187,12 @@ async def main() -> None:
         async with backends(Path(scratch) / "r", with_redis=True) as found:
             for backend in found[1:]:
                 rows.append(await bench_backend(backend, Path(scratch) / "r", args))
-    settings = {"workflows": args.workflows, "batches": args.batches, "batch": args.batch}
+    settings = {
+        "workflows": args.workflows,
+        "batches": args.batches,
+        "batch": args.batch,
+        "fenced": args.fenced,
+    }
     save(args.json, "events_append", settings, {"rows": rows})
 
 

@@ -27,7 +27,13 @@ from shuttle.events_client.append_stream import AppendStream, AppendStreamBroken
 from shuttle.events_client.sizes import BATCH_MAX_BYTES, EVENT_MAX_BYTES, encode, first_batch
 from shuttle.grpc_client import RETRYABLE_CODES, status_code, tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
-from shuttle.workflow_log import AppendRefused, EventDraft, LogClosed, LogUnavailable
+from shuttle.workflow_log import (
+    AppendRefused,
+    EventDraft,
+    LogClosed,
+    LogFenced,
+    LogUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +58,7 @@ class Producer:
         timeout_seconds: float = APPEND_TIMEOUT_SECONDS,
         event_max_bytes: int = EVENT_MAX_BYTES,
         batch_max_bytes: int = BATCH_MAX_BYTES,
+        lease_epoch: int = 0,
     ) -> None:
         self._stub = stub
         self._stream = stream
@@ -62,6 +69,8 @@ class Producer:
         self._timeout_seconds = timeout_seconds
         self._event_max_bytes = event_max_bytes
         self._batch_max_bytes = batch_max_bytes
+        self.lease_epoch = lease_epoch
+        """The run's lease epoch every batch carries (0: not fenced)."""
         # The events service recognises a resent batch by (workflow, producer id, number).
         self.producer_id = f"{name}:{uuid.uuid4().hex}"
         self.batches = 0
@@ -72,7 +81,8 @@ class Producer:
         caller sends the rest next); their seqs.
 
         Raises LogUnavailable once the events service stayed out of reach for the retry
-        window, LogClosed when the log already ended, AppendRefused for a batch it refuses."""
+        window, LogClosed when the log already ended, LogFenced (never retried) when the
+        run's lease moved past this producer's epoch, AppendRefused for a batch it refuses."""
         batch = first_batch(
             (encode(d, self._event_max_bytes) for d in drafts), self._batch_max_bytes
         )
@@ -91,6 +101,7 @@ class Producer:
             ],
             producer_id=self.producer_id,
             batch_seq=self.batches,
+            lease_epoch=self.lease_epoch,
         )
         try:
             # The first attempt outside the retry machinery: it is the one nearly every
@@ -130,11 +141,14 @@ class Producer:
 
 
 def append_failure(code: grpc.StatusCode, details: str) -> Exception:
-    """What a failed append means: resend, stop at a closed log, or give up on the batch."""
+    """What a failed append means: resend, stop at a closed log or a run taken over, or give
+    up on the batch."""
     if code in RETRYABLE_CODES:
         return LogUnavailable(f"{code.name}: {details}")
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         return LogClosed(details)
+    if code == grpc.StatusCode.ABORTED:
+        return LogFenced(details)
     return AppendRefused(code.name, details)
 
 
