@@ -174,7 +174,7 @@ class _RunLoop:
         response = await self.agent.llm.chat(self.conversation.messages, self.schemas)
         await self._account(response.usage)
         await self.reporter.llm_output(agent_id, response, phase="tool_loop")
-        decision = self.mode.decide(response)
+        decision = self.mode.decide(response, agent_id, iteration)
         await self.reporter.thinking(
             agent_id, iteration, "done", decision.reasoning, decision.next_action
         )
@@ -184,7 +184,7 @@ class _RunLoop:
         if decision.parse_failed:
             return await self._parse_failed(decision, response)
         self.reformat_pending = False
-        self.mode.record_assistant(self.conversation, response)
+        self.mode.record_assistant(self.conversation, response, decision)
         interrupted = self.mode.drains_after_assistant and await self._take_interrupts()
         if not decision.calls:
             return await self._final_answer(decision, interrupted)
