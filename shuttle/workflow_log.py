@@ -73,3 +73,8 @@ class AppendRefused(Exception):
         super().__init__(f"{status}: {details}")
         self.status = status
         """The gRPC status name it refused the batch with (INVALID_ARGUMENT, NOT_FOUND…)."""
+
+
+class LogFenced(AppendRefused):
+    """The run's lease moved to another owner (a higher epoch): this producer's batches are
+    refused for good, and the run must stop without appending anything more."""

@@ -232,6 +232,25 @@ class EventServiceServicer:
         )
         return workflow_message(record)
 
+    async def ClaimRuns(
+        self,
+        request: events_pb2.ClaimRunsRequest,
+        context: grpc.aio.ServicerContext[
+            events_pb2.ClaimRunsRequest, events_pb2.ClaimRunsResponse
+        ],
+    ) -> events_pb2.ClaimRunsResponse:
+        # Placeholder until the events service takes runs over (issue 31, events branch).
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ClaimRuns is not implemented yet")
+        raise AssertionError("unreachable")
+
+    async def ReleaseLease(
+        self,
+        request: events_pb2.ReleaseLeaseRequest,
+        context: grpc.aio.ServicerContext[events_pb2.ReleaseLeaseRequest, events_pb2.Workflow],
+    ) -> events_pb2.Workflow:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ReleaseLease is not implemented yet")
+        raise AssertionError("unreachable")
+
     async def FollowCommands(
         self,
         request_iterator: AsyncIterable[events_pb2.CommandWatch],

@@ -32,6 +32,8 @@ CALLER_ROLES = method_roles(
     {
         "CreateWorkflow": {EXECUTOR},
         "RenewLease": {EXECUTOR},
+        "ClaimRuns": {EXECUTOR},
+        "ReleaseLease": {EXECUTOR},
         "AppendStream": {EXECUTOR},
         "FollowCommands": {EXECUTOR},
         "DeleteWorkflows": {GATEWAY},

@@ -52,11 +52,28 @@ class EventsClient:
     # -- writing ---------------------------------------------------------------------------
 
     async def create_workflow(
-        self, tenant_id: str, *, query: str, owner: str = "", session_id: str = ""
+        self,
+        tenant_id: str,
+        *,
+        query: str,
+        owner: str = "",
+        session_id: str = "",
+        workflow_id: str = "",
+        spec_json: str = "",
+        lease_owner: str = "",
+        lease_ttl_seconds: float = 0.0,
     ) -> str:
+        """The new workflow's id; with `lease_owner`, created leased to it at epoch 1."""
         workflow = await self._stub.CreateWorkflow(
             events_pb2.CreateWorkflowRequest(
-                tenant_id=tenant_id, owner=owner, query=query, session_id=session_id
+                tenant_id=tenant_id,
+                owner=owner,
+                query=query,
+                session_id=session_id,
+                workflow_id=workflow_id,
+                spec_json=spec_json,
+                lease_owner=lease_owner,
+                lease_ttl_ms=_ttl_ms(lease_ttl_seconds) if lease_owner else 0,
             ),
             timeout=CALL_TIMEOUT_SECONDS,
             metadata=tenant_metadata(tenant_id),
@@ -72,12 +89,14 @@ class EventsClient:
         shared_stream: bool = False,
         retry_seconds: float | None = None,
         timeout_seconds: float = APPEND_TIMEOUT_SECONDS,
+        lease_epoch: int = 0,
         **sizes: int,
     ) -> Producer:
         """A producer of `workflow_id`'s log named `name` (its id adds a random part). With
         `shared_stream` its batches go over the process's one AppendStream call, as a
         process appending for many runs wants; `sizes` may lower the event and batch
-        limits (`event_max_bytes`, `batch_max_bytes`)."""
+        limits (`event_max_bytes`, `batch_max_bytes`). With `lease_epoch` every batch is
+        fenced: refused (LogFenced) once the run's lease has passed to a later epoch."""
         if shared_stream and self._append_stream is None:
             self._append_stream = AppendStream(self._streams)
         return Producer(
@@ -88,6 +107,7 @@ class EventsClient:
             stream=self._append_stream if shared_stream else None,
             retry_seconds=self.retry_seconds if retry_seconds is None else retry_seconds,
             timeout_seconds=timeout_seconds,
+            lease_epoch=lease_epoch,
             **sizes,
         )
 
@@ -108,14 +128,38 @@ class EventsClient:
         return seqs
 
     async def renew_lease(
-        self, workflow_id: str, tenant_id: str, owner: str, ttl_seconds: float
-    ) -> None:
-        await self._stub.RenewLease(
+        self, workflow_id: str, tenant_id: str, owner: str, ttl_seconds: float, epoch: int = 0
+    ) -> events_pb2.Workflow:
+        """Extends the run lease; with `epoch`, only while that epoch holds it."""
+        return await self._stub.RenewLease(
             events_pb2.RenewLeaseRequest(
                 workflow_id=workflow_id,
                 tenant_id=tenant_id,
                 owner=owner,
-                ttl_ms=max(1, round(ttl_seconds * 1000)),
+                ttl_ms=_ttl_ms(ttl_seconds),
+                epoch=epoch,
+            ),
+            timeout=CALL_TIMEOUT_SECONDS,
+            metadata=tenant_metadata(tenant_id),
+        )
+
+    async def claim_runs(
+        self, owner: str, ttl_seconds: float, limit: int
+    ) -> list[events_pb2.Workflow]:
+        """Takes over up to `limit` runs whose lease lapsed or was released (as claimed)."""
+        response = await self._stub.ClaimRuns(
+            events_pb2.ClaimRunsRequest(owner=owner, ttl_ms=_ttl_ms(ttl_seconds), limit=limit),
+            timeout=CALL_TIMEOUT_SECONDS,
+        )
+        return list(response.workflows)
+
+    async def release_lease(
+        self, workflow_id: str, tenant_id: str, owner: str, epoch: int
+    ) -> events_pb2.Workflow:
+        """Hands the run over at once: claimable by any replica's next claim."""
+        return await self._stub.ReleaseLease(
+            events_pb2.ReleaseLeaseRequest(
+                workflow_id=workflow_id, tenant_id=tenant_id, owner=owner, epoch=epoch
             ),
             timeout=CALL_TIMEOUT_SECONDS,
             metadata=tenant_metadata(tenant_id),
@@ -187,3 +231,7 @@ class EventsClient:
         if self._append_stream is not None:
             await self._append_stream.close()
             self._append_stream = None
+
+
+def _ttl_ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))

@@ -27,7 +27,13 @@ from shuttle.events_client.append_stream import AppendStream, AppendStreamBroken
 from shuttle.events_client.sizes import BATCH_MAX_BYTES, EVENT_MAX_BYTES, encode, first_batch
 from shuttle.grpc_client import RETRYABLE_CODES, status_code, tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
-from shuttle.workflow_log import AppendRefused, EventDraft, LogClosed, LogUnavailable
+from shuttle.workflow_log import (
+    AppendRefused,
+    EventDraft,
+    LogClosed,
+    LogFenced,
+    LogUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +58,10 @@ class Producer:
         timeout_seconds: float = APPEND_TIMEOUT_SECONDS,
         event_max_bytes: int = EVENT_MAX_BYTES,
         batch_max_bytes: int = BATCH_MAX_BYTES,
+        lease_epoch: int = 0,
     ) -> None:
         self._stub = stub
+        self._lease_epoch = lease_epoch
         self._stream = stream
         self._workflow_id = workflow_id
         self._tenant_id = tenant_id
@@ -91,6 +99,7 @@ class Producer:
             ],
             producer_id=self.producer_id,
             batch_seq=self.batches,
+            lease_epoch=self._lease_epoch,
         )
         try:
             # The first attempt outside the retry machinery: it is the one nearly every
@@ -135,6 +144,8 @@ def append_failure(code: grpc.StatusCode, details: str) -> Exception:
         return LogUnavailable(f"{code.name}: {details}")
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         return LogClosed(details)
+    if code == grpc.StatusCode.ABORTED:
+        return LogFenced(code.name, details)
     return AppendRefused(code.name, details)
 
 

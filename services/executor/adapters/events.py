@@ -20,10 +20,20 @@ from shuttle.workflow_log import EventDraft, LogCommand
 CONTROL_TYPES = ("WORKFLOW_PAUSING", "WORKFLOW_PAUSED", "WORKFLOW_RESUMED", "WORKFLOW_CANCELLING")
 
 
-def run_sink(client: EventsClient, workflow_id: str, tenant_id: str, **sizes: int) -> EventSink:
+def run_sink(
+    client: EventsClient, workflow_id: str, tenant_id: str, *, lease_epoch: int = 0, **sizes: int
+) -> EventSink:
     """A run's producer: its batches share the process's AppendStream with every other run
-    (`sizes` may lower the event and batch limits, as `EventsClient.producer` takes them)."""
-    return client.producer(workflow_id, tenant_id, name="run", shared_stream=True, **sizes)
+    and carry the run's lease epoch (`sizes` may lower the event and batch limits, as
+    `EventsClient.producer` takes them)."""
+    return client.producer(
+        workflow_id,
+        tenant_id,
+        name="run",
+        shared_stream=True,
+        lease_epoch=lease_epoch,
+        **sizes,
+    )
 
 
 class GrpcWorkflowRegistry:
