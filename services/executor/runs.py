@@ -210,8 +210,8 @@ class RunManager:
         )
         usage[0] = lambda: agent.usage
         result = await agent.run(request.query, ctx, catalog=await catalog)
-        RUN_ITERATIONS.observe(result.iterations)
-        return Finished(result.answer, result.usage, 1, len(result.steps), result.iterations)
+        RUN_ITERATIONS.observe(result.iteration)
+        return Finished(result.answer, result.usage, 1, len(result.steps), result.iteration)
 
     async def _run_team(
         self,

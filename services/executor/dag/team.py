@@ -148,7 +148,9 @@ class TeamRun:
                 return number, draft
             if number == self._settings.max_rounds:
                 return number, draft
-            context = replan_context(self._outcomes, analysis, follow_ups)
+            context = replan_context(
+                self._outcomes, analysis, follow_ups.text if follow_ups else None
+            )
             await self._reporter.status_update(
                 "",
                 f"Replanning (round {number + 1} of at most {self._settings.max_rounds})",
