@@ -6,12 +6,15 @@ is its event sink; what is left here turns requests and answers into the ports' 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
 
 from services.executor.ports import EventSink, LeaseRefused, RunRequest
+from services.executor.recovery.records import Recorded
+from shuttle.envelope import type_name
 from shuttle.events_client import EventsClient
 from shuttle.events_client.commands import log_command
 from shuttle.v1 import common_pb2
@@ -94,3 +97,26 @@ class GrpcWorkflowLog:
         draft = EventDraft(type_, message, payload)
         (seq,) = await self._client.append_once(workflow_id, tenant_id, [draft], name="command")
         return seq
+
+
+async def read_log(client: EventsClient, workflow_id: str, tenant_id: str) -> list[Recorded]:
+    """A run's durable events, every page, tool results whole: what a takeover folds."""
+    found: list[Recorded] = []
+    from_seq = 1
+    while from_seq:
+        page = await client.list_events(
+            workflow_id, tenant_id, from_seq=from_seq, full_results=True
+        )
+        found += [recorded(event) for event in page.events]
+        from_seq = int(page.next_seq)
+    return found
+
+
+def recorded(event: common_pb2.Event) -> Recorded:
+    return Recorded(
+        seq=int(event.seq),
+        type=type_name(event.type),
+        agent_id=event.agent_id,
+        payload=json.loads(event.payload_json or "{}"),
+        timestamp=event.timestamp.ToNanoseconds() / 1e9,
+    )

@@ -71,6 +71,10 @@ class InterruptInbox:
         """Every follow-up so far, in log order, drained or not."""
         return [content for _, content in sorted(self._received)]
 
+    def received_since(self, seq: int) -> list[tuple[int, str]]:
+        """The follow-ups after `seq` on the log, with their seqs, in log order."""
+        return [(s, content) for s, content in sorted(self._received) if s > seq]
+
     def __len__(self) -> int:
         return len(self._pending)
 
