@@ -76,5 +76,9 @@ class AppendRefused(Exception):
 
 
 class LogFenced(AppendRefused):
-    """The run's lease moved to another owner (a higher epoch): this producer's batches are
-    refused for good, and the run must stop without appending anything more."""
+    """The run's lease moved past the producer's epoch: another executor took the run over
+    (or the events service is ending it). The batch was not stored; the producer must stop
+    the run without appending more. Never resent."""
+
+    def __init__(self, details: str) -> None:
+        super().__init__("ABORTED", details)

@@ -63,7 +63,9 @@ class EventsClient:
         lease_owner: str = "",
         lease_ttl_seconds: float = 0.0,
     ) -> str:
-        """The new workflow's id; with `lease_owner`, created leased to it at epoch 1."""
+        """A new workflow's id (`workflow_id` when given). With `lease_owner` it is created
+        leased to it at epoch 1 for `lease_ttl_seconds`; `spec_json` (the run's request)
+        comes back to whoever takes the run over."""
         workflow = await self._stub.CreateWorkflow(
             events_pb2.CreateWorkflowRequest(
                 tenant_id=tenant_id,
@@ -73,7 +75,7 @@ class EventsClient:
                 workflow_id=workflow_id,
                 spec_json=spec_json,
                 lease_owner=lease_owner,
-                lease_ttl_ms=_ttl_ms(lease_ttl_seconds) if lease_owner else 0,
+                lease_ttl_ms=_milliseconds(lease_ttl_seconds) if lease_owner else 0,
             ),
             timeout=CALL_TIMEOUT_SECONDS,
             metadata=tenant_metadata(tenant_id),
@@ -95,8 +97,8 @@ class EventsClient:
         """A producer of `workflow_id`'s log named `name` (its id adds a random part). With
         `shared_stream` its batches go over the process's one AppendStream call, as a
         process appending for many runs wants; `sizes` may lower the event and batch
-        limits (`event_max_bytes`, `batch_max_bytes`). With `lease_epoch` every batch is
-        fenced: refused (LogFenced) once the run's lease has passed to a later epoch."""
+        limits (`event_max_bytes`, `batch_max_bytes`). With a `lease_epoch` every batch is
+        fenced on it: once the run is taken over, appends raise LogFenced."""
         if shared_stream and self._append_stream is None:
             self._append_stream = AppendStream(self._streams)
         return Producer(
@@ -130,13 +132,14 @@ class EventsClient:
     async def renew_lease(
         self, workflow_id: str, tenant_id: str, owner: str, ttl_seconds: float, epoch: int = 0
     ) -> events_pb2.Workflow:
-        """Extends the run lease; with `epoch`, only while that epoch holds it."""
+        """Extend the run's lease; with an `epoch`, only while `owner` holds it at that
+        epoch (else FAILED_PRECONDITION: the run was taken over or has ended)."""
         return await self._stub.RenewLease(
             events_pb2.RenewLeaseRequest(
                 workflow_id=workflow_id,
                 tenant_id=tenant_id,
                 owner=owner,
-                ttl_ms=_ttl_ms(ttl_seconds),
+                ttl_ms=_milliseconds(ttl_seconds),
                 epoch=epoch,
             ),
             timeout=CALL_TIMEOUT_SECONDS,
@@ -146,17 +149,21 @@ class EventsClient:
     async def claim_runs(
         self, owner: str, ttl_seconds: float, limit: int
     ) -> list[events_pb2.Workflow]:
-        """Takes over up to `limit` runs whose lease lapsed or was released (as claimed)."""
-        response = await self._stub.ClaimRuns(
-            events_pb2.ClaimRunsRequest(owner=owner, ttl_ms=_ttl_ms(ttl_seconds), limit=limit),
+        """Take over up to `limit` runs whose lease lapsed or was released, each now
+        `owner`'s at its next epoch (`lease_epoch`), with its `spec_json` and `takeovers`.
+        Never resent: a claim whose answer was lost lapses and is claimed again."""
+        answer = await self._stub.ClaimRuns(
+            events_pb2.ClaimRunsRequest(
+                owner=owner, ttl_ms=_milliseconds(ttl_seconds), limit=limit
+            ),
             timeout=CALL_TIMEOUT_SECONDS,
         )
-        return list(response.workflows)
+        return list(answer.workflows)
 
     async def release_lease(
         self, workflow_id: str, tenant_id: str, owner: str, epoch: int
     ) -> events_pb2.Workflow:
-        """Hands the run over at once: claimable by any replica's next claim."""
+        """Hand the run over at once: another executor may claim it at its next poll."""
         return await self._stub.ReleaseLease(
             events_pb2.ReleaseLeaseRequest(
                 workflow_id=workflow_id, tenant_id=tenant_id, owner=owner, epoch=epoch
@@ -233,5 +240,6 @@ class EventsClient:
             self._append_stream = None
 
 
-def _ttl_ms(seconds: float) -> int:
+def _milliseconds(seconds: float) -> int:
+    """A lease's time to live as the events service takes it (at least 1 ms)."""
     return max(1, round(seconds * 1000))

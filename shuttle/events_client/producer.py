@@ -61,7 +61,6 @@ class Producer:
         lease_epoch: int = 0,
     ) -> None:
         self._stub = stub
-        self._lease_epoch = lease_epoch
         self._stream = stream
         self._workflow_id = workflow_id
         self._tenant_id = tenant_id
@@ -70,6 +69,8 @@ class Producer:
         self._timeout_seconds = timeout_seconds
         self._event_max_bytes = event_max_bytes
         self._batch_max_bytes = batch_max_bytes
+        self.lease_epoch = lease_epoch
+        """The run's lease epoch every batch carries (0: not fenced)."""
         # The events service recognises a resent batch by (workflow, producer id, number).
         self.producer_id = f"{name}:{uuid.uuid4().hex}"
         self.batches = 0
@@ -80,7 +81,8 @@ class Producer:
         caller sends the rest next); their seqs.
 
         Raises LogUnavailable once the events service stayed out of reach for the retry
-        window, LogClosed when the log already ended, AppendRefused for a batch it refuses."""
+        window, LogClosed when the log already ended, LogFenced (never retried) when the
+        run's lease moved past this producer's epoch, AppendRefused for a batch it refuses."""
         batch = first_batch(
             (encode(d, self._event_max_bytes) for d in drafts), self._batch_max_bytes
         )
@@ -99,7 +101,7 @@ class Producer:
             ],
             producer_id=self.producer_id,
             batch_seq=self.batches,
-            lease_epoch=self._lease_epoch,
+            lease_epoch=self.lease_epoch,
         )
         try:
             # The first attempt outside the retry machinery: it is the one nearly every
@@ -139,13 +141,14 @@ class Producer:
 
 
 def append_failure(code: grpc.StatusCode, details: str) -> Exception:
-    """What a failed append means: resend, stop at a closed log, or give up on the batch."""
+    """What a failed append means: resend, stop at a closed log or a run taken over, or give
+    up on the batch."""
     if code in RETRYABLE_CODES:
         return LogUnavailable(f"{code.name}: {details}")
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         return LogClosed(details)
     if code == grpc.StatusCode.ABORTED:
-        return LogFenced(code.name, details)
+        return LogFenced(details)
     return AppendRefused(code.name, details)
 
 

@@ -27,15 +27,10 @@ def run_sink(
     client: EventsClient, workflow_id: str, tenant_id: str, *, lease_epoch: int = 0, **sizes: int
 ) -> EventSink:
     """A run's producer: its batches share the process's AppendStream with every other run
-    and carry the run's lease epoch (`sizes` may lower the event and batch limits, as
+    and carry the run's `lease_epoch` (`sizes` may lower the event and batch limits, as
     `EventsClient.producer` takes them)."""
     return client.producer(
-        workflow_id,
-        tenant_id,
-        name="run",
-        shared_stream=True,
-        lease_epoch=lease_epoch,
-        **sizes,
+        workflow_id, tenant_id, name="run", shared_stream=True, lease_epoch=lease_epoch, **sizes
     )
 
 
