@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,6 +22,7 @@ from services.executor.policies.control import RunCancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolPort, ToolSelector
 from services.executor.recovery.agent import AgentRecord
+from services.executor.recovery.records import monotonic_since
 from shuttle.llm.protocol import LLM, ROLES, LLMError
 from shuttle.llm.retry_events import RetryReporter
 from shuttle.plans import PlanStep
@@ -125,7 +125,7 @@ class StepAgents:
         inbox.restore(self._inbox.received_since(record.started_seq), record.taken)
         ctx = replace(self._ctx, agent_id=step.id)
         catalog = await self._tools.list_tools(ctx.tenant_id)
-        started = time.monotonic() - max(0.0, time.time() - record.started_at)
+        started = monotonic_since(record.started_at)
         return await self._run(
             step, agent, inbox, agent.resume(record.state, record.prompt, ctx, catalog, started)
         )

@@ -70,15 +70,26 @@ class RunReporter:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def workflow_started(
-        self, query: str, mode: str, session_id: str, estimated_complexity: float
+        self,
+        query: str,
+        mode: str,
+        session_id: str,
+        estimated_complexity: float,
+        executor: str = "",
     ) -> None:
+        """`executor`: the replica that runs it (whoever takes the run over names it)."""
         payload = {
             "query": query,
             "mode": mode,
             "session_id": session_id,
             "estimated_complexity": estimated_complexity,
+            "executor": executor,
         }
         await self._emit("WORKFLOW_STARTED", "Workflow started", payload)
+
+    async def recovered(self, message: str, payload: Mapping[str, Any]) -> None:
+        """ERROR_RECOVERY: the run goes on after a failure (`payload` names it)."""
+        await self._emit("ERROR_RECOVERY", message, payload)
 
     async def workflow_completed(
         self,

@@ -219,4 +219,3 @@ class AgentFold:
             f"{event.type} (seq {event.seq}) of agent {event.agent_id!r} does not follow "
             f"from stage {self.state.stage}: {why}"
         )
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,3 +75,9 @@ def outcome_of(payload: Mapping[str, Any]) -> ToolOutcome:
         ),
         call_id=str(payload.get("call_id") or ""),
     )
+
+
+def monotonic_since(wall: float) -> float:
+    """The monotonic clock's reading at `wall` (seconds since the epoch), for durations of
+    a run that began on another replica."""
+    return time.monotonic() - max(0.0, time.time() - wall)

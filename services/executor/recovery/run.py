@@ -46,7 +46,7 @@ class RunRecovery:
     owner: str = ""
     """The executor the log last names as the run's (WORKFLOW_STARTED, ERROR_RECOVERY)."""
     takeovers: int = 0
-    """Takeovers the log records (ERROR_RECOVERY resumed)."""
+    """Takeovers after a lapse the log records (ERROR_RECOVERY resumed, not handed over)."""
     ended: bool = False
     """The run's terminal event is on the log."""
     controls: list[LogCommand] = field(default_factory=list)
@@ -94,7 +94,7 @@ def fold_run(
         elif kind == "MESSAGE_RECEIVED" and event.get("from") == "user":
             recovery.follow_ups.append((event.seq, str(event.get("content") or "")))
         elif kind == "ERROR_RECOVERY" and _resumed(event):
-            recovery.takeovers += 1
+            recovery.takeovers += 0 if event.get("handed_over") else 1
             recovery.owner = str(event.get("owner") or "")
         elif kind in TERMINAL_TYPES or (kind == "ERROR_OCCURRED" and event.get("fatal")):
             recovery.ended = True

@@ -1,0 +1,163 @@
+"""A run outlives the executor that started it: handed over on shutdown, it is claimed by
+another replica, which goes on from its log and ends it as an uninterrupted run would.
+
+Two run managers (two replicas) on the real events, tools and planner services; the model is
+deterministic in the conversation, so a call made again gets the same reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from services.executor.adapters.events import GrpcRunLeases, GrpcWorkflowLog
+from services.executor.commands.desk import CommandDesk, ControlAction
+from services.executor.lease import Leasing
+from services.executor.ports import RunRequest
+from services.executor.runs import RunManager
+from shuttle.llm.openai_model import OpenAIModel
+from shuttle.v1 import common_pb2
+from tests.executor.conftest import TENANT, Backends, first, of_type, types_of
+from tests.support.holding_model import until
+from tests.support.takeover_model import TakeoverModel
+
+LEASE_SECONDS = 1.5
+POLL_SECONDS = 0.2
+QUERY = "Compute a few products"
+
+
+def replica(backends: Backends, model: TakeoverModel, owner: str, **kw: Any) -> RunManager:
+    llm = OpenAIModel(model.base_url, "test-key", "scripted-model", 60.0, 0)
+    leasing = Leasing(
+        GrpcRunLeases(backends.client),
+        owner,
+        LEASE_SECONDS,
+        takeover_poll_seconds=POLL_SECONDS,
+        max_takeovers=kw.pop("max_takeovers", 3),
+    )
+    return backends.run_manager(llm, leasing=leasing, **kw)
+
+
+@pytest.fixture
+def model(request: pytest.FixtureRequest) -> Iterator[TakeoverModel]:
+    started = TakeoverModel(**getattr(request, "param", {}))
+    started.start()
+    yield started
+    started.release()
+    started.stop()
+
+
+@pytest.fixture
+async def replicas(
+    backends: Backends, model: TakeoverModel
+) -> AsyncIterator[tuple[RunManager, RunManager]]:
+    a, b = replica(backends, model, "replica-a"), replica(backends, model, "replica-b")
+    yield a, b
+    for runs in (a, b):
+        await runs.shutdown()
+
+
+async def uninterrupted(backends: Backends, model: TakeoverModel) -> list[dict[str, Any]]:
+    model.release()
+    return await backends.run_to_end(replica(backends, model, "replica-c"), QUERY)
+
+
+def check_one_run(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """What every run taken over keeps to; its ERROR_RECOVERY's payload."""
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert types_of(events)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
+    observed = [e["payload"]["call_id"] for e in of_type(events, "TOOL_OBSERVATION")]
+    assert len(observed) == len(set(observed)), "one observation per call id"
+    invoked = [e["payload"]["call_id"] for e in of_type(events, "TOOL_INVOKED")]
+    assert sorted(invoked) == sorted(observed)
+    (resumed,) = [
+        e["payload"]
+        for e in of_type(events, "ERROR_RECOVERY")
+        if e["payload"].get("recovery_action") == "resumed"
+    ]
+    assert resumed["error_type"] == "EXECUTOR_LOST"
+    # Usage covers the whole run, both owners' model calls.
+    spent = sum(e["payload"]["usage"]["total_tokens"] for e in of_type(events, "LLM_OUTPUT"))
+    assert first(events, "WORKFLOW_COMPLETED")["payload"]["total_tokens"] == spent
+    return dict(resumed)
+
+
+@pytest.mark.parametrize("model", [{"hold_loop_at": 2}], indirect=True)
+async def test_a_run_handed_over_mid_call_goes_on_elsewhere(
+    backends: Backends, model: TakeoverModel, replicas: tuple[RunManager, RunManager]
+) -> None:
+    a, b = replicas
+    workflow_id = await a.start(RunRequest(QUERY, TENANT))
+    await until(lambda: model.held == 1, "the third model call to be held")
+    await a.shutdown()
+    assert a.active_runs == 0
+    b.start_takeovers()
+    model.release()
+    events = await backends.read_log(workflow_id)
+
+    resumed = check_one_run(events)
+    assert resumed["handed_over"] is True and resumed["lost_owner"] == "replica-a"
+    assert resumed["owner"] == "replica-b" and resumed["attempt"] == 0
+    recovery_seq = next(e["seq"] for e in events if e["type"] == "ERROR_RECOVERY")
+    assert resumed["from_seq"] == recovery_seq
+    assert first(events, "WORKFLOW_STARTED")["payload"]["executor"] == "replica-a"
+    calls = [e["payload"]["call_id"] for e in of_type(events, "TOOL_INVOKED")]
+    assert calls == ["agent-main.1.0", "agent-main.2.0", "agent-main.3.0"]
+    alone = await uninterrupted(backends, model)
+    assert (
+        first(events, "WORKFLOW_COMPLETED")["payload"]["result"]
+        == (first(alone, "WORKFLOW_COMPLETED")["payload"]["result"])
+    )
+    assert first(events, "WORKFLOW_COMPLETED")["payload"]["tools_invoked"] == 3
+
+
+@pytest.mark.parametrize("model", [{"hold_stream_after": 3}], indirect=True)
+async def test_an_answer_cut_short_is_streamed_again_from_the_start(
+    backends: Backends, model: TakeoverModel, replicas: tuple[RunManager, RunManager]
+) -> None:
+    a, b = replicas
+    workflow_id = await a.start(RunRequest(QUERY, TENANT))
+    await until(lambda: model.held == 1, "the answer to be held after three deltas")
+    await a.shutdown()
+    b.start_takeovers()
+    model.release()
+    events = await backends.read_log(workflow_id)
+
+    check_one_run(events)
+    restarted = next(e["seq"] for e in events if e["payload"].get("kind") == "answer_restarted")
+    deltas = [e for e in of_type(events, "THREAD_MESSAGE_DELTA") if e["seq"] > restarted]
+    assert [d["payload"]["index"] for d in deltas] == list(range(len(deltas)))
+    before = [e for e in of_type(events, "THREAD_MESSAGE_DELTA") if e["seq"] < restarted]
+    assert [d["payload"]["index"] for d in before] == [0, 1, 2]
+    (completed,) = of_type(events, "THREAD_MESSAGE_COMPLETED")
+    assert completed["seq"] > restarted
+    assert completed["payload"]["content"] == "".join(d["payload"]["delta"] for d in deltas)
+    assert completed["payload"]["content"].startswith(f"Answer to {QUERY}")
+
+
+@pytest.mark.parametrize("model", [{"hold_loop_at": 1}], indirect=True)
+async def test_a_paused_run_stays_paused_until_resumed_on_its_new_replica(
+    backends: Backends, model: TakeoverModel, replicas: tuple[RunManager, RunManager]
+) -> None:
+    a, b = replicas
+    workflow_id = await a.start(RunRequest(QUERY, TENANT))
+    await until(lambda: model.held == 1, "the second model call to be held")
+    # Any replica takes commands; the run's owner sees them on its log.
+    commands = CommandDesk(GrpcWorkflowLog(backends.client), lambda *_: None)
+    await commands.control(workflow_id, TENANT, ControlAction.PAUSE)
+    model.release()
+    await backends.first_event(workflow_id, lambda e: e["type"] == "WORKFLOW_PAUSED")
+    await a.shutdown()
+    b.start_takeovers()
+    await backends.first_event(workflow_id, lambda e: e["type"] == "ERROR_RECOVERY")
+    assert (await backends.workflow(workflow_id)).status == common_pb2.WORKFLOW_STATUS_PAUSED
+    await commands.control(workflow_id, TENANT, ControlAction.RESUME)
+    events = await backends.read_log(workflow_id)
+
+    check_one_run(events)
+    assert types_of(events).count("WORKFLOW_PAUSED") == 1
+    paused = first(events, "WORKFLOW_PAUSED")["seq"]
+    resumed = first(events, "WORKFLOW_RESUMED")["seq"]
+    assert not [e for e in of_type(events, "LLM_OUTPUT") if paused < e["seq"] < resumed]
