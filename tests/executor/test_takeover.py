@@ -8,8 +8,10 @@ deterministic in the conversation, so a call made again gets the same reply.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from services.executor.adapters.events import GrpcRunLeases, GrpcWorkflowLog
@@ -17,11 +19,21 @@ from services.executor.commands.desk import CommandDesk, ControlAction
 from services.executor.lease import Leasing
 from services.executor.ports import RunRequest
 from services.executor.runs import RunManager
+from shuttle.events_client import EventsClient
 from shuttle.llm.openai_model import OpenAIModel
-from shuttle.v1 import common_pb2
-from tests.executor.conftest import TENANT, Backends, first, of_type, types_of
+from shuttle.v1 import common_pb2, tools_pb2, tools_pb2_grpc
+from tests.executor.conftest import (
+    TENANT,
+    Backends,
+    first,
+    of_type,
+    running_backends,
+    types_of,
+)
+from tests.executor.test_run_lease import HeldLeases
 from tests.support.holding_model import until
 from tests.support.takeover_model import TakeoverModel
+from tests.tools.approval_support import HOOKS_GATING_CALCULATOR
 
 LEASE_SECONDS = 1.5
 POLL_SECONDS = 0.2
@@ -134,7 +146,7 @@ async def test_an_answer_cut_short_is_streamed_again_from_the_start(
     (completed,) = of_type(events, "THREAD_MESSAGE_COMPLETED")
     assert completed["seq"] > restarted
     assert completed["payload"]["content"] == "".join(d["payload"]["delta"] for d in deltas)
-    assert completed["payload"]["content"].startswith(f"Answer to {QUERY}")
+    assert completed["payload"]["content"].startswith(f"Answer to Question: {QUERY}")
 
 
 @pytest.mark.parametrize("model", [{"hold_loop_at": 1}], indirect=True)
@@ -161,3 +173,87 @@ async def test_a_paused_run_stays_paused_until_resumed_on_its_new_replica(
     paused = first(events, "WORKFLOW_PAUSED")["seq"]
     resumed = first(events, "WORKFLOW_RESUMED")["seq"]
     assert not [e for e in of_type(events, "LLM_OUTPUT") if paused < e["seq"] < resumed]
+
+
+@pytest.mark.parametrize("model", [{"hold_loop_at": 1, "hold_stream_after": 2}], indirect=True)
+async def test_an_owner_whose_lease_lapsed_is_fenced(
+    backends: Backends, model: TakeoverModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The owner's renewals reach an events service that never answers them: its lease
+    # lapses while it holds the run, as a stalled executor's does.
+    leases = HeldLeases()
+    server = grpc.aio.server()
+    leases.register(server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    llm = OpenAIModel(model.base_url, "test-key", "scripted-model", 60.0, 0)
+    stalled = backends.run_manager(
+        llm,
+        leasing=Leasing(GrpcRunLeases(EventsClient(channel)), "replica-a", LEASE_SECONDS),
+    )
+    b = replica(backends, model, "replica-b")
+    try:
+        workflow_id = await stalled.start(RunRequest(QUERY, TENANT))
+        await until(lambda: model.held == 1, "the second model call to be held")
+        b.start_takeovers()
+        await until(lambda: model.held == 2, "the new owner's answer to be held")
+        model.loop_gate.open()  # the old owner's reply comes back: its append is fenced
+        await until(lambda: stalled.active_runs == 0, "the old owner to stop the run")
+        model.stream_gate.open()
+        events = await backends.read_log(workflow_id)
+    finally:
+        leases.release.set()
+        await b.shutdown()
+        await channel.close()
+        await server.stop(grace=None)
+
+    check_one_run(events)
+    assert "another executor took it over" in caplog.text
+    outputs = of_type(events, "LLM_OUTPUT")
+    loop_outputs = [e for e in outputs if e["payload"]["phase"] == "tool_loop"]
+    iterations = {e["payload"]["iteration"] for e in of_type(events, "AGENT_THINKING")}
+    assert len(loop_outputs) == len(iterations), "the old owner's reply is not on the log"
+
+
+@pytest.fixture
+async def gated(tmp_path: Path) -> AsyncIterator[Backends]:
+    async with running_backends(tmp_path, tool_hooks=HOOKS_GATING_CALCULATOR) as started:
+        yield started
+
+
+@pytest.mark.parametrize("model", [{"tool_steps": 1}], indirect=True)
+async def test_a_tool_call_waiting_at_the_hand_over_runs_once(
+    gated: Backends, model: TakeoverModel
+) -> None:
+    a, b = replica(gated, model, "replica-a"), replica(gated, model, "replica-b")
+    try:
+        workflow_id = await a.start(RunRequest(QUERY, TENANT))
+        requested = await gated.first_event(
+            workflow_id, lambda e: e["type"] == "APPROVAL_REQUESTED"
+        )
+        await a.shutdown()  # TOOL_INVOKED is out, its TOOL_OBSERVATION is not
+        b.start_takeovers()
+        await gated.first_event(workflow_id, lambda e: e["type"] == "ERROR_RECOVERY")
+        # The new owner sends the call again under its id: the tools service's ledger joins
+        # it to the call waiting for approval, which the decision lets run once.
+        tools = tools_pb2_grpc.ToolServiceStub(gated.channels[1])
+        await tools.DecideApproval(
+            tools_pb2.DecideApprovalRequest(
+                approval_id=requested["payload"]["approval_id"],
+                tenant_id=TENANT,
+                decision="approved",
+                decided_by="operator",
+            )
+        )
+        events = await gated.read_log(workflow_id)
+    finally:
+        await b.shutdown()
+
+    check_one_run(events)
+    assert types_of(events).count("APPROVAL_REQUESTED") == 1
+    (invoked,) = of_type(events, "TOOL_INVOKED")
+    (observed,) = of_type(events, "TOOL_OBSERVATION")
+    assert invoked["payload"]["call_id"] == observed["payload"]["call_id"] == "agent-main.1.0"
+    assert observed["seq"] > first(events, "ERROR_RECOVERY")["seq"]
+    assert observed["payload"]["result"] == "7"

@@ -27,19 +27,22 @@ class TakeoverModel(ScriptedOpenAI):
     ) -> None:
         self.chaos = ChaosModel(tool_steps=tool_steps)
         super().__init__(handler=self.chaos)
-        self.gate = Gate()
+        self.loop_gate = Gate()
+        self.stream_gate = Gate()
         self.held = 0
-        """Calls that reached the hold (at most one is held)."""
+        """Calls that reached a hold (one loop call, one answer stream at most)."""
         self.streams = 0
         self._hold_loop_at = hold_loop_at
         self._hold_stream_after = hold_stream_after
+        self._loop_held = False
 
     async def _completions(self, request: Request) -> Response:
         body: dict[str, Any] = await request.json()
         rounds = sum(m.get("role") == "tool" for m in body.get("messages", []))
-        if not body.get("stream") and rounds == self._hold_loop_at and not self.held:
+        if not body.get("stream") and rounds == self._hold_loop_at and not self._loop_held:
+            self._loop_held = True
             self.held += 1
-            await self.gate.wait()
+            await self.loop_gate.wait()
         if body.get("stream"):
             self.streams += 1
         return await super()._completions(request)
@@ -52,7 +55,8 @@ class TakeoverModel(ScriptedOpenAI):
             sent += 1
             if holding and sent == self._hold_stream_after:
                 self.held += 1
-                await self.gate.wait()
+                await self.stream_gate.wait()
 
     def release(self) -> None:
-        self.gate.open()
+        self.loop_gate.open()
+        self.stream_gate.open()

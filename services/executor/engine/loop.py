@@ -29,6 +29,10 @@ from shuttle.llm.protocol import LLM
 from shuttle.usage import TokenUsage
 
 
+ANSWER_NEAR = frozenset({Stage.ACT, Stage.FINAL, Stage.ANSWER})
+"""Stages from which the loop may end without another event: its answer may have begun."""
+
+
 class ReActAgent:
     """One agent bound to one model for its whole run: every loop call, compaction summary
     and the answer synthesis use the same `llm`."""
@@ -106,11 +110,17 @@ class ReActAgent:
         """Go on from `state` (just started, or rebuilt from the log after a takeover) to
         AGENT_COMPLETED; `started` is when the agent started (monotonic clock)."""
         self.state = state
-        restarting_answer = state.stage is Stage.ANSWER
+        # Taken over with its loop over, or about to be with nothing more to say: its answer
+        # may have been streamed in part already (deltas are not kept on the log).
+        entered = (state.stage, state.iteration, len(state.conversation))
         if state.stage is Stage.SELECT:
             progress.begin(state, await self._select(query, ctx, list(catalog)), query, ctx)
         tools = progress.offered(catalog, state.tools)
         await _RunLoop(self, ctx, tools, state).run()
+        restarting_answer = entered[0] in ANSWER_NEAR and entered[1:] == (
+            state.iteration,
+            len(state.conversation),
+        )
         if state.stage is Stage.ANSWER:
             await self._answer(query, ctx, state, restarting_answer)
             duration_ms = int((time.monotonic() - started) * 1000)
