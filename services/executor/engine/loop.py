@@ -28,7 +28,6 @@ from services.executor.ports import ToolDefinition, ToolPort, ToolSelector
 from shuttle.llm.protocol import LLM
 from shuttle.usage import TokenUsage
 
-
 ANSWER_NEAR = frozenset({Stage.ACT, Stage.FINAL, Stage.ANSWER})
 """Stages from which the loop may end without another event: its answer may have begun."""
 
