@@ -6,6 +6,7 @@ process), on the real events, tools and planner services."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator, Iterator
@@ -162,3 +163,19 @@ async def test_past_the_takeover_limit_the_run_ends_as_lost(
     assert failure["fatal"] is True and failure["error_type"] == "EXECUTOR_LOST"
     assert failure["attempt"] == 1 and failure["max_attempts"] == 0
     assert "ERROR_RECOVERY" not in [e["type"] for e in events]
+
+
+async def test_sigterm_hands_the_run_over_at_once(
+    backends: Backends, model: TakeoverModel, lost: LosingExecutor
+) -> None:
+    workflow_id = await lost.start()
+    await until(lambda: model.held == 1, "the second model call to be held")
+    lost.signal(signal.SIGTERM)
+    assert await asyncio.to_thread(lost.process.wait, 30) == 0
+    # Released, not lapsed: claimable at once, and not counted as a takeover.
+    runs = replica(backends, model, "replica-b", max_takeovers=0)
+    events = await owned_by(runs, backends, workflow_id)
+
+    resumed = check_one_run(events)
+    assert resumed["handed_over"] is True and resumed["attempt"] == 0
+    assert lost.said("run handed over")
