@@ -66,6 +66,8 @@ class EventsClient:
         """A new workflow's id (`workflow_id` when given). With `lease_owner` it is created
         leased to it at epoch 1 for `lease_ttl_seconds`; `spec_json` (the run's request)
         comes back to whoever takes the run over."""
+        if lease_owner and lease_ttl_seconds <= 0:
+            raise ValueError(f"lease_ttl_seconds must be positive (got {lease_ttl_seconds})")
         workflow = await self._stub.CreateWorkflow(
             events_pb2.CreateWorkflowRequest(
                 tenant_id=tenant_id,
