@@ -33,6 +33,10 @@ COMMAND_EVENT_TYPES = (*CONTROL_EVENT_TYPES, "MESSAGE_RECEIVED")
 # After one of these, nothing but STREAM_END follows.
 TERMINAL_TYPES = frozenset({"WORKFLOW_COMPLETED", "WORKFLOW_CANCELLED"})
 
+# STATUS_UPDATE's payload.kind when a run taken over mid-synthesis tells its answer again:
+# THREAD_MESSAGE_DELTA from index 0 follows, so every reader drops the answer it has so far.
+ANSWER_RESTARTED = "answer_restarted"
+
 
 def type_name(value: int) -> str:
     """Bare name of an EventType value, e.g. 11 -> "TOOL_INVOKED"."""

@@ -20,9 +20,10 @@ import json
 # every ToolProvider method (someone else's server; their callers decide), and health checks
 # (a readiness answer says how a backend is now; probes ask again themselves).
 IDEMPOTENT_METHODS: dict[str, tuple[str, ...]] = {
-    # Reads, and the two writes that are idempotent by design: Append through (producer_id,
-    # batch_seq), which the service answers with the first seqs when repeated, and RenewLease,
-    # which the same owner may take again.
+    # Reads, and the writes that are idempotent by design: Append through (producer_id,
+    # batch_seq), which the service answers with the first seqs when repeated, RenewLease,
+    # which the same owner may take again, and ReleaseLease, answered alike when repeated.
+    # Not ClaimRuns: a resent claim would take more runs than the caller hears of.
     "shuttle.v1.EventService": (
         "GetWorkflow",
         "List",
@@ -30,6 +31,7 @@ IDEMPOTENT_METHODS: dict[str, tuple[str, ...]] = {
         "StreamBatches",
         "Append",
         "RenewLease",
+        "ReleaseLease",
     ),
     "shuttle.v1.ToolService": ("ListTools", "ListApprovals"),
     # The planner keeps no state: an answer depends on the request only. A call the planner

@@ -157,8 +157,12 @@ class Settings(BaseSettings):
     events_purge_interval_seconds: float = Field(3600.0, gt=0)
     events_poll_seconds: float = Field(1.0, gt=0)
     events_durable_llm_prompt: bool = False
-    # How often each events replica looks for runs whose executor stopped renewing its lease.
+    # How often each events replica looks for runs no executor took over (below).
     events_lease_sweep_seconds: float = Field(5.0, gt=0)
+    # A run whose lease lapsed (or was released) is taken over by another executor; one left
+    # unclaimed this long past its lease's expiry has no executor to run it and is failed as
+    # EXECUTOR_LOST.
+    events_orphan_seconds: float = Field(120.0, gt=0)
     # While a log keeps changing, its StreamBatches readers in the events service are woken in
     # rounds at least this many seconds per reader apart, capped at 0.1 s; a change after a
     # quiet spell still wakes them at once. 0: wake on every change.
@@ -217,7 +221,8 @@ class Settings(BaseSettings):
     # an iteration's events then share an Append (services/executor/emitter.py).
     events_linger_ms: float = Field(5.0, ge=0, le=1000)
     # The run lease: an executor renews it every third of this while a run is alive; a run
-    # whose lease lapses (its executor died) is failed by the events service as EXECUTOR_LOST.
+    # whose lease lapses (its executor died) is taken over by another executor, or failed by
+    # the events service as EXECUTOR_LOST when none does (SHUTTLE_EVENTS_ORPHAN_SECONDS).
     run_lease_seconds: float = Field(15.0, ge=0.3, le=3600)
 
     # Prometheus metrics on their own HTTP port, bound to the process's host (0: off). A

@@ -84,7 +84,12 @@ async def build(settings: Settings) -> GrpcService:
         store, settings.events_retention_days, settings.events_purge_interval_seconds
     )
     retention.start()
-    sweeper = LeaseSweeper(leases, event_log, settings.events_lease_sweep_seconds)
+    sweeper = LeaseSweeper(
+        leases,
+        event_log,
+        settings.events_lease_sweep_seconds,
+        orphan_seconds=settings.events_orphan_seconds,
+    )
     sweeper.start()
 
     def register(server: grpc.aio.Server) -> None:

@@ -23,5 +23,10 @@ class AlreadyExists(EventsError):
     """A workflow with this id already exists."""
 
 
+class Fenced(EventsError):
+    """The batch carries a lease epoch the workflow's lease has moved past: another executor
+    took the run over, and the caller must stop it without appending."""
+
+
 class ResourceExhausted(EventsError):
     """A bound on what a tenant may hold at once is reached: wait for some of it to end."""

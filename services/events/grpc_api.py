@@ -22,6 +22,7 @@ from shuttle.grpc_client import TENANT_METADATA_KEY, status_code
 from shuttle.metrics import APPEND_STREAMS, COMMAND_FEEDS, GRPC_SECONDS
 from shuttle.v1 import events_pb2
 
+from .claims import claim_runs
 from .command_watches import CommandWatches, WatchItem
 from .concurrent_calls import answered_concurrently
 from .errors import EventsError, InvalidArgument
@@ -69,6 +70,9 @@ class EventServiceServicer:
                 query=request.query,
                 session_id=request.session_id,
                 workflow_id=request.workflow_id,
+                spec_json=request.spec_json,
+                lease_owner=request.lease_owner,
+                lease_ttl_ms=request.lease_ttl_ms,
             ),
         )
         return workflow_message(record)
@@ -79,7 +83,9 @@ class EventServiceServicer:
         context: grpc.aio.ServicerContext[events_pb2.GetWorkflowRequest, events_pb2.Workflow],
     ) -> events_pb2.Workflow:
         tenant = await _tenant(context, request.tenant_id)
-        record = await answered(context, self._log.get_workflow(request.workflow_id, tenant))
+        record = await answered(
+            context, self._log.get_workflow(request.workflow_id, tenant, with_spec=True)
+        )
         return workflow_message(record)
 
     async def Append(
@@ -101,6 +107,7 @@ class EventServiceServicer:
                 batch,
                 producer_id=request.producer_id,
                 batch_seq=request.batch_seq,
+                lease_epoch=request.lease_epoch,
             ),
         )
         return events_pb2.AppendResponse(seqs=seqs)
@@ -135,6 +142,7 @@ class EventServiceServicer:
                         batch,
                         producer_id=request.producer_id,
                         batch_seq=request.batch_seq,
+                        lease_epoch=request.lease_epoch,
                     )
             except Exception as exc:
                 code, details = status_of(exc, "append")
@@ -228,7 +236,9 @@ class EventServiceServicer:
         tenant = await _tenant(context, request.tenant_id)
         record = await answered(
             context,
-            self._leases.renew(request.workflow_id, tenant, request.owner, request.ttl_ms),
+            self._leases.renew(
+                request.workflow_id, tenant, request.owner, request.ttl_ms, request.epoch
+            ),
         )
         return workflow_message(record)
 
@@ -239,17 +249,23 @@ class EventServiceServicer:
             events_pb2.ClaimRunsRequest, events_pb2.ClaimRunsResponse
         ],
     ) -> events_pb2.ClaimRunsResponse:
-        # Placeholder until the events service takes runs over (issue 31, events branch).
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ClaimRuns is not implemented yet")
-        raise AssertionError("unreachable")
+        # Across tenants: the executor role runs every tenant's runs (see roles.py).
+        records = await answered(
+            context, claim_runs(self._leases, request.owner, request.ttl_ms, request.limit)
+        )
+        return events_pb2.ClaimRunsResponse(workflows=[workflow_message(r) for r in records])
 
     async def ReleaseLease(
         self,
         request: events_pb2.ReleaseLeaseRequest,
         context: grpc.aio.ServicerContext[events_pb2.ReleaseLeaseRequest, events_pb2.Workflow],
     ) -> events_pb2.Workflow:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ReleaseLease is not implemented yet")
-        raise AssertionError("unreachable")
+        tenant = await _tenant(context, request.tenant_id)
+        record = await answered(
+            context,
+            self._leases.release(request.workflow_id, tenant, request.owner, request.epoch),
+        )
+        return workflow_message(record)
 
     async def FollowCommands(
         self,

@@ -14,6 +14,7 @@ from .errors import (
     AlreadyExists,
     EventsError,
     FailedPrecondition,
+    Fenced,
     InvalidArgument,
     NotFound,
     ResourceExhausted,
@@ -30,6 +31,7 @@ _CODES: dict[type[EventsError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    Fenced: grpc.StatusCode.ABORTED,
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
 }

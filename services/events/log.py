@@ -22,10 +22,13 @@ from .records import Appended, AppendRequest, EventPage, NewEvent, StoredEvent, 
 from .store import SqlEventStore
 from .validation import (
     check_batch,
+    check_epoch,
     check_id,
     check_key,
     check_limit,
     check_producer,
+    check_spec,
+    check_ttl,
     check_types,
 )
 
@@ -87,23 +90,39 @@ class EventLog:
         query: str = "",
         session_id: str = "",
         workflow_id: str = "",
+        spec_json: str = "",
+        lease_owner: str = "",
+        lease_ttl_ms: int = 0,
     ) -> WorkflowRecord:
-        """Register a workflow; its id is ``wf-<uuid4>`` unless the caller chose one."""
+        """Register a workflow; its id is ``wf-<uuid4>`` unless the caller chose one. With a
+        `lease_owner`, leased to it at epoch 1 until now + `lease_ttl_ms`."""
         check_id("tenant_id", tenant_id)
         if workflow_id:
             check_id("workflow_id", workflow_id)
         check_key("session_id", session_id)
+        check_spec(spec_json)
+        if lease_owner:
+            check_id("lease_owner", lease_owner)
+            check_ttl("lease_ttl_ms", lease_ttl_ms)
+        elif lease_ttl_ms:
+            raise InvalidArgument("lease_ttl_ms is set but lease_owner is empty: name the owner")
         return await self._store.create_workflow(
             workflow_id=workflow_id or f"wf-{uuid.uuid4()}",
             tenant_id=tenant_id,
             owner=owner,
             query=query,
             session_id=session_id,
+            spec_json=spec_json,
+            lease_owner=lease_owner,
+            lease_ttl_ms=lease_ttl_ms,
         )
 
-    async def get_workflow(self, workflow_id: str, tenant_id: str) -> WorkflowRecord:
+    async def get_workflow(
+        self, workflow_id: str, tenant_id: str, *, with_spec: bool = False
+    ) -> WorkflowRecord:
+        """The workflow's row; its spec_json (megabytes, at times) only `with_spec`."""
         _check_target(workflow_id, tenant_id)
-        return await self._store.get_workflow(workflow_id, tenant_id)
+        return await self._store.get_workflow(workflow_id, tenant_id, with_spec=with_spec)
 
     async def append(
         self,
@@ -113,21 +132,24 @@ class EventLog:
         *,
         producer_id: str = "",
         batch_seq: int = 0,
+        lease_epoch: int = 0,
     ) -> list[int]:
         """Append a batch and return its seqs (consecutive, in batch order).
 
         After a terminal event the log adds STREAM_END itself when the batch lacks it (its
         seq is not among those returned). A repeated (producer_id, batch_seq) returns the
-        first call's seqs and stores nothing.
+        first call's seqs and stores nothing. A `lease_epoch` other than the workflow's
+        (when > 0) is refused with Fenced, storing nothing.
         """
         _check_target(workflow_id, tenant_id)
         check_producer(producer_id, batch_seq)
+        check_epoch("lease_epoch", lease_epoch)
         check_batch(events)
         batch, added = close_after_terminal(shape_batch(events))
         # Concurrent appends (any workflows) share one transaction; each is published
         # before its call returns, and even if its caller gives up meanwhile.
         appended = await self._lane(workflow_id).submit(
-            AppendRequest(workflow_id, tenant_id, batch, producer_id, batch_seq)
+            AppendRequest(workflow_id, tenant_id, batch, producer_id, batch_seq, lease_epoch)
         )
         seqs = appended.seqs
         return seqs if added is None else seqs[:added] + seqs[added + 1 :]

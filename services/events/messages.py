@@ -57,6 +57,9 @@ def workflow_message(record: WorkflowRecord) -> events_pb2.Workflow:
         duration_ms=record.duration_ms,
         lease_owner=record.lease_owner,
         lease_expires_at=timestamp(record.lease_expires_at) if record.lease_expires_at else None,
+        lease_epoch=record.lease_epoch,
+        takeovers=record.takeovers,
+        spec_json=record.spec_json,
     )
 
 

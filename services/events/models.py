@@ -9,6 +9,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Index,
+    Integer,
     MetaData,
     String,
     Table,
@@ -50,6 +51,13 @@ workflows = Table(
     Column("lease_expires_at", UtcDateTime, nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    # The lease's fencing epoch, bumped by every claim (0: never leased), and how many claims
+    # followed a lapse (see leases.py). Server defaults, like the revision that added them,
+    # so inserts that predate them still work.
+    Column("lease_epoch", BigInteger, nullable=False, server_default="0"),
+    Column("takeovers", Integer, nullable=False, server_default="0"),
+    # The run's request as the executor gave it, for whichever replica takes the run over.
+    Column("spec", Text, nullable=False, server_default=""),
     Index("ix_workflows_tenant_session", "tenant_id", "session_id"),
     # A new workflow counts its tenant's active ones (see tenant_runs.py).
     Index("ix_workflows_tenant_status", "tenant_id", "status"),
@@ -58,6 +66,10 @@ workflows = Table(
     # The lease sweep looks for lapsed leases; ended workflows have none (see leases.py).
     Index("ix_workflows_lease_expires_at", "lease_expires_at"),
 )
+
+# The row as most reads and lease answers want it: without the run's spec, which may run to
+# megabytes and only GetWorkflow and claims return.
+WORKFLOW_ROW = tuple(column for column in workflows.c if column.name != "spec")
 
 events = Table(
     "events",

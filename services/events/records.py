@@ -51,6 +51,9 @@ class WorkflowRecord:
     stream_ended: bool = False
     lease_owner: str = ""
     lease_expires_at: datetime | None = None
+    lease_epoch: int = 0
+    takeovers: int = 0
+    spec_json: str = ""
 
 
 @dataclass(frozen=True)
@@ -115,3 +118,5 @@ class AppendRequest:
     batch: Sequence[NewEvent]
     producer_id: str = ""
     batch_seq: int = 0
+    # > 0: the batch is refused (Fenced) unless the workflow's lease is at this epoch.
+    lease_epoch: int = 0

@@ -34,6 +34,9 @@ def workflow_record(row: RowMapping) -> WorkflowRecord:
         stream_ended=bool(row["stream_ended"]),
         lease_owner=row["lease_owner"],
         lease_expires_at=row["lease_expires_at"],
+        lease_epoch=row["lease_epoch"],
+        takeovers=row["takeovers"],
+        spec_json=row.get("spec", ""),  # read only where it is answered
     )
 
 

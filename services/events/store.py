@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Collection, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine, Select, delete, select
@@ -88,11 +88,20 @@ class SqlEventStore:
         owner: str = "",
         query: str = "",
         session_id: str = "",
+        spec_json: str = "",
+        lease_owner: str = "",
+        lease_ttl_ms: int = 0,
     ) -> WorkflowRecord:
         """Register a workflow with an empty log; AlreadyExists if the id is taken,
-        ResourceExhausted if the tenant has as many active workflows as it may have."""
+        ResourceExhausted if the tenant has as many active workflows as it may have. With a
+        `lease_owner` it is created leased to it at epoch 1 for `lease_ttl_ms`, so no
+        claimer can take it between its creation and its first renewal."""
         now = self._clock()
-        owner, query, session_id = map(storable_text, (owner, query, session_id))
+        owner, query, session_id, spec_json = map(
+            storable_text, (owner, query, session_id, spec_json)
+        )
+        leased = bool(lease_owner)
+        expires = now + timedelta(milliseconds=lease_ttl_ms) if leased else None
         record = WorkflowRecord(
             workflow_id=workflow_id,
             tenant_id=tenant_id,
@@ -103,6 +112,9 @@ class SqlEventStore:
             last_seq=0,
             created_at=now,
             updated_at=now,
+            lease_owner=lease_owner,
+            lease_expires_at=expires,
+            lease_epoch=1 if leased else 0,
         )
         row = {
             "id": workflow_id,
@@ -114,6 +126,10 @@ class SqlEventStore:
             "last_seq": 0,
             "created_at": now,
             "updated_at": now,
+            "lease_owner": lease_owner,
+            "lease_expires_at": expires,
+            "lease_epoch": record.lease_epoch,
+            "spec": spec_json,
         }
         try:
             await self.write(insert_workflow, row, self._tenant_max_runs)
@@ -129,9 +145,12 @@ class SqlEventStore:
         (the ids deleted, how many events went with them). Others' ids are left alone."""
         return await self.write(_delete_workflows, tenant_id, workflow_ids)
 
-    async def get_workflow(self, workflow_id: str, tenant_id: str) -> WorkflowRecord:
-        """The workflow's row; NotFound when missing or owned by another tenant."""
-        return await self.read(_workflow, workflow_id, tenant_id)
+    async def get_workflow(
+        self, workflow_id: str, tenant_id: str, *, with_spec: bool = False
+    ) -> WorkflowRecord:
+        """The workflow's row (its spec_json only `with_spec`); NotFound when missing or
+        owned by another tenant."""
+        return await self.read(_workflow, workflow_id, tenant_id, with_spec)
 
     async def append(
         self,
@@ -263,8 +282,10 @@ class SqlEventStore:
         )
 
 
-def _workflow(conn: Connection, workflow_id: str, tenant_id: str) -> WorkflowRecord:
-    return workflow_record(workflow_row(conn, workflow_id, tenant_id))
+def _workflow(
+    conn: Connection, workflow_id: str, tenant_id: str, with_spec: bool
+) -> WorkflowRecord:
+    return workflow_record(workflow_row(conn, workflow_id, tenant_id, with_spec=with_spec))
 
 
 def _full_results(conn: Connection, query: Select[Any]) -> dict[int, str]:

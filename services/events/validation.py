@@ -20,6 +20,13 @@ MAX_BATCH_EVENTS = 1000
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 DEFAULT_PAGE_LIMIT = 100
 MAX_PAGE_LIMIT = 1000
+# A run's spec is its request (history and context included), which the gateway bounds at
+# SHUTTLE_GATEWAY_MAX_BODY_BYTES (at most 8 MiB).
+MAX_SPEC_BYTES = 8 * 1024 * 1024
+# Lease epochs are stored in a signed 64-bit column.
+MAX_EPOCH = 2**63 - 1
+# A lease lasts at most an hour from its grant.
+MAX_TTL_MS = 3_600_000
 
 _ID_PATTERN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._:@-]{{0,{ID_LENGTH - 1}}}")
 _KNOWN_TYPES = frozenset(EVENT_TYPE_NAMES)
@@ -90,6 +97,35 @@ def check_producer(producer_id: str, batch_seq: int) -> None:
         raise InvalidArgument("batch_seq is set but producer_id is empty: name the producer")
 
 
+def check_epoch(field: str, value: int) -> None:
+    """An epoch fits the row's 64-bit column (0 means none)."""
+    if not 0 <= value <= MAX_EPOCH:
+        raise InvalidArgument(f"{field} must be 0 to {MAX_EPOCH} (got {value})")
+
+
+def check_ttl(field: str, ttl_ms: int) -> None:
+    """A lease's time to live: 1 ms to an hour."""
+    if not 1 <= ttl_ms <= MAX_TTL_MS:
+        raise InvalidArgument(f"{field} must be 1 to {MAX_TTL_MS} (got {ttl_ms})")
+
+
+def check_spec(spec_json: str) -> None:
+    """A run's spec is empty or a JSON object of at most 8 MiB."""
+    if not spec_json:
+        return
+    size = utf8_size(spec_json)
+    if size > MAX_SPEC_BYTES:
+        raise InvalidArgument(
+            f"spec_json is {size} bytes; at most {MAX_SPEC_BYTES} (8 MiB) are allowed"
+        )
+    try:
+        value = orjson.loads(spec_json)
+    except orjson.JSONDecodeError:
+        value = _standard_parse_field("spec_json", spec_json)
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"spec_json must be a JSON object, not {_json_kind(value)}")
+
+
 def check_types(types: Collection[str] | None) -> frozenset[str] | None:
     """A types filter: None or empty means all types."""
     if not types:
@@ -129,10 +165,14 @@ def _check_payload(index: int, payload_json: str) -> None:
 
 
 def _standard_parse(index: int, payload_json: str) -> object:
+    return _standard_parse_field(f"event {index}: payload_json", payload_json)
+
+
+def _standard_parse_field(field: str, text: str) -> object:
     try:
-        return json.loads(payload_json, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
-        raise InvalidArgument(f"event {index}: payload_json is not valid JSON ({exc})") from None
+        raise InvalidArgument(f"{field} is not valid JSON ({exc})") from None
 
 
 def _reject_constant(name: str) -> object:

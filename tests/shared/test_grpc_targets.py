@@ -100,4 +100,6 @@ def test_every_method_retried_exists_and_every_channel_balances() -> None:
     retried = {(name["service"], name["method"]) for name in config["methodConfig"][0]["name"]}
     assert ("shuttle.v1.ToolService", "Execute") not in retried
     assert ("shuttle.v1.EventService", "CreateWorkflow") not in retried
+    # A resent claim would take runs its caller never hears of.
+    assert ("shuttle.v1.EventService", "ClaimRuns") not in retried
     assert ("shuttle.v1.EventService", "Append") in retried

@@ -28,7 +28,7 @@ from shuttle.migrations import Migrations, UnversionedSchema
 from tests.support.databases import EngineMaker, postgres_url, schema_engines  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
-HEADS = {EVENTS: "0003", GATEWAY: "0001", TOOLS: "0001"}
+HEADS = {EVENTS: "0004", GATEWAY: "0001", TOOLS: "0001"}
 ADOPTING = [GATEWAY, TOOLS]
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 # A row of each adopting component's, to see it survive the adoption.

@@ -19,6 +19,7 @@ from services.events.migrate import MIGRATIONS as EVENTS
 from services.tools.db import MIGRATIONS as TOOLS
 from shuttle.db import create_engine
 from shuttle.migrations import Migrations
+from tests.shared.test_migrations import HEADS
 from tests.support.databases import PG_HOST, PG_PORT, PG_USER, admin_sql, postgres_url  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -26,9 +27,9 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 REPLICAS_EACH = 4
 COMPONENTS = {
-    "services.events.migrate": (EVENTS, "0003"),
-    "gateway.stores.db": (GATEWAY, "0001"),
-    "services.tools.db": (TOOLS, "0001"),
+    "services.events.migrate": (EVENTS, HEADS[EVENTS]),
+    "gateway.stores.db": (GATEWAY, HEADS[GATEWAY]),
+    "services.tools.db": (TOOLS, HEADS[TOOLS]),
 }
 # One replica's start-up: its component's migrations, once every replica is loaded.
 REPLICA = """

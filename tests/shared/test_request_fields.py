@@ -167,6 +167,7 @@ def test_the_analysis_follows_a_request_stream_into_nested_messages() -> None:
         "request.events.trace_id",
         "request.producer_id",
         "request.batch_seq",
+        "request.lease_epoch",
         "traceparent",
     ]
 

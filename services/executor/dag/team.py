@@ -32,6 +32,7 @@ from services.executor.policies.control import RunCancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolDefinition
 from services.executor.recovery.agent import AgentRecord
+from shuttle.envelope import ANSWER_RESTARTED
 from shuttle.llm.protocol import LLM
 from shuttle.plans import Analysis, PlanStep, StepResult, check_plan
 from shuttle.usage import TokenUsage
@@ -137,7 +138,7 @@ class TeamRun:
             await self._control.pause_point("answer")
             if self._restarting_answer:
                 await self._reporter.status_update(
-                    SYNTHESIS_AGENT, "Answer restarted", {"kind": "answer_restarted"}
+                    SYNTHESIS_AGENT, "Answer restarted", {"kind": ANSWER_RESTARTED}
                 )
             state.answer, usage = await stream_team_answer(
                 self._llm, self._reporter, messages, state.draft

@@ -5,10 +5,8 @@ from __future__ import annotations
 from services.executor.engine.state import LoopState, RunContext
 from services.executor.engine.synthesis import synthesis_messages
 from services.executor.log.reporter import RunReporter
+from shuttle.envelope import ANSWER_RESTARTED
 from shuttle.llm.protocol import LLM, ChatResult, LLMError
-
-ANSWER_RESTARTED = "answer_restarted"
-"""STATUS_UPDATE kind: the answer streamed so far is void, its deltas start again from 0."""
 
 
 async def stream_answer(

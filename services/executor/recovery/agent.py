@@ -23,6 +23,7 @@ from services.executor.recovery.records import (
     outcome_of,
     usage_of,
 )
+from shuttle.envelope import ANSWER_RESTARTED
 
 INJECTED_KINDS = ("cycle_warning", "self_reflection")
 """What a tool batch calls for on its own (see progress.finish_batch)."""
@@ -142,7 +143,7 @@ class AgentFold:
             if not state.injections or state.injections[0].kind != kind:
                 self._fail(event, f"{state.injections[:1]} was due")
             progress.made(state)
-        elif kind == "answer_restarted":
+        elif kind == ANSWER_RESTARTED:
             self._advance(event, Stage.ANSWER)
         elif event.get("phase") == "tools_selected":
             self._require(event, Stage.SELECT)
