@@ -140,10 +140,14 @@ class LeaseKeeper:
         )
 
     async def release(self) -> None:
-        """Hand the run over (after `stop`): another replica claims it at its next poll."""
-        await self._leasing.leases.release(
-            self._workflow_id, self._tenant_id, self._leasing.owner, self.epoch
-        )
+        """Hand the run over (after `stop`): another replica claims it at its next poll (or,
+        when the release fails, once the lease has lapsed)."""
+        try:
+            await self._leasing.leases.release(
+                self._workflow_id, self._tenant_id, self._leasing.owner, self.epoch
+            )
+        except Exception as exc:
+            log.warning("could not release the run's lease", extra={"error": str(exc)})
 
     def _give_up(self, refused: LeaseRefused) -> None:
         self.lost = str(refused)

@@ -60,6 +60,10 @@ class EmitterSettings:
     linger_seconds: float = 0.0
 
 
+class RunsStopping(Exception):
+    """This replica is handing its runs over: a new run belongs on another."""
+
+
 class RunManager:
     """Starts runs as background tasks; any failure ends the log with ERROR_OCCURRED."""
 
@@ -106,7 +110,10 @@ class RunManager:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._runs: dict[str, ActiveRun] = {}
         self._poller: TakeoverPoller | None = None
+        self._stopping = False
         self._handing_over = False
+        self._superseded: set[asyncio.Task[None]] = set()
+        """Runs of ours whose lease we claimed back at a later epoch (they are fenced)."""
 
     @property
     def active_runs(self) -> int:
@@ -120,7 +127,10 @@ class RunManager:
         self._poller.start()
 
     async def start(self, request: RunRequest) -> str:
-        """The new run's workflow id; ValueError for a request no run can be made of."""
+        """The new run's workflow id; ValueError for a request no run can be made of,
+        RunsStopping once this replica is handing its runs over."""
+        if self._stopping:
+            raise RunsStopping("this executor is stopping: start the run on another replica")
         if not request.query.strip():
             raise ValueError("query must not be empty")
         llm = self._model_for(request)
@@ -142,7 +152,15 @@ class RunManager:
 
     def take_over(self, claimed: ClaimedRun) -> None:
         """Go on with a run claimed from another replica (see takeover.py)."""
-        if claimed.workflow_id in self._tasks:
+        if self._stopping:
+            return  # its lease lapses again, and another replica claims it
+        ours = self._tasks.get(claimed.workflow_id)
+        if ours is not None:
+            # Our own run, whose lease lapsed while its renewals failed: claimed back at a
+            # later epoch, it goes on from its log once the old one (fenced) has stopped.
+            self._superseded.add(ours)
+            ours.cancel()
+            ours.add_done_callback(lambda _: self.take_over(claimed))
             return
         request = RunRequest.from_spec(claimed)
         try:
@@ -317,13 +335,17 @@ class RunManager:
             with contextlib.suppress(EmitterFailed):
                 await emitter.close()
             if lease is not None and self._handing_over and not reporter.ended:
-                await _hand_over(lease)
+                await lease.release()
 
     def _stopped_quietly(self, lease: LeaseKeeper | None) -> bool:
         """Whether a cancelled run stops without a word on its log: handed over on shutdown
         (another replica goes on with it), or its lease refused (it is someone else's)."""
         task = asyncio.current_task()
-        if lease is not None and self._handing_over:
+        if task is not None and task in self._superseded:
+            self._superseded.discard(task)
+            log.warning("run stopped: claimed again at a later epoch")
+            RUNS_FINISHED.labels("lost").inc()
+        elif lease is not None and self._handing_over:
             log.info("run handed over")
             RUNS_FINISHED.labels("handed_over").inc()
         elif lease is not None and lease.lost is not None:
@@ -345,6 +367,7 @@ class RunManager:
         (appending nothing more of its own), send what its emitter had queued, and release
         its lease so that another replica claims it at its next poll. Without leasing (no
         other replica could take them) the runs fail as SHUTDOWN."""
+        self._stopping = True
         if self._poller is not None:
             await self._poller.stop()
         self._handing_over = self._leasing is not None
@@ -354,14 +377,6 @@ class RunManager:
         await asyncio.gather(*pending, return_exceptions=True)
         if self._commands is not None:
             await self._commands.close()
-
-
-async def _hand_over(lease: LeaseKeeper) -> None:
-    try:
-        await lease.release()
-    except Exception as exc:
-        # Another replica claims it once the lease lapses instead.
-        log.warning("could not release the run's lease", extra={"error": str(exc)})
 
 
 def _retrieve(task: Catalog) -> None:

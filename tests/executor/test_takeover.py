@@ -18,7 +18,7 @@ from services.executor.adapters.events import GrpcRunLeases, GrpcWorkflowLog
 from services.executor.commands.desk import CommandDesk, ControlAction
 from services.executor.lease import Leasing
 from services.executor.ports import RunRequest
-from services.executor.runs import RunManager
+from services.executor.runs import RunManager, RunsStopping
 from shuttle.events_client import EventsClient
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.v1 import common_pb2, tools_pb2, tools_pb2_grpc
@@ -257,3 +257,52 @@ async def test_a_tool_call_waiting_at_the_hand_over_runs_once(
     assert invoked["payload"]["call_id"] == observed["payload"]["call_id"] == "agent-main.1.0"
     assert observed["seq"] > first(events, "ERROR_RECOVERY")["seq"]
     assert observed["payload"]["result"] == "7"
+
+
+class RenewalsElsewhere:
+    """The replica's run leases, their renewals sent to another events service (one that
+    never answers them): its own lease lapses while it holds the run."""
+
+    def __init__(self, renewals: GrpcRunLeases, leases: GrpcRunLeases) -> None:
+        self.renew = renewals.renew
+        self.release = leases.release
+        self.claim = leases.claim
+
+
+@pytest.mark.parametrize("model", [{"hold_loop_at": 1}], indirect=True)
+async def test_a_replica_that_claims_its_own_run_back_goes_on_from_the_log(
+    backends: Backends, model: TakeoverModel
+) -> None:
+    held = HeldLeases()
+    server = grpc.aio.server()
+    held.register(server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    leases = RenewalsElsewhere(GrpcRunLeases(EventsClient(channel)), GrpcRunLeases(backends.client))
+    llm = OpenAIModel(model.base_url, "test-key", "scripted-model", 60.0, 0)
+    leasing = Leasing(leases, "replica-a", LEASE_SECONDS, takeover_poll_seconds=POLL_SECONDS)
+    runs = backends.run_manager(llm, leasing=leasing)
+    try:
+        workflow_id = await runs.start(RunRequest(QUERY, TENANT))
+        await until(lambda: model.held == 1, "the second model call to be held")
+        runs.start_takeovers()
+        await backends.first_event(workflow_id, lambda e: e["type"] == "ERROR_RECOVERY")
+        model.release()
+        events = await backends.read_log(workflow_id)
+    finally:
+        held.release.set()
+        await runs.shutdown()
+        await channel.close()
+        await server.stop(grace=None)
+
+    resumed = check_one_run(events)
+    assert resumed["owner"] == resumed["lost_owner"] == "replica-a"
+    assert resumed["handed_over"] is False
+
+
+async def test_a_stopping_replica_starts_no_run(backends: Backends, model: TakeoverModel) -> None:
+    runs = replica(backends, model, "replica-a")
+    await runs.shutdown()
+    with pytest.raises(RunsStopping, match="another replica"):
+        await runs.start(RunRequest(QUERY, TENANT))
