@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from services.executor.engine.state import LoopState
 from services.executor.policies.budget import TokenBudget
 from services.executor.policies.interrupts import FollowUps
 from shuttle.plans import Analysis, PlanStep
@@ -36,6 +37,17 @@ class StepRecord:
     """False for a step that never started (a failed dependency, an exhausted budget)."""
     cut_short: bool = False
     """The team's budget ran out while the step ran: its result is what it had by then."""
+
+    @classmethod
+    def of(cls, step: PlanStep, agent: LoopState) -> StepRecord:
+        """A step whose agent came to its answer."""
+        return cls(
+            step,
+            agent.answer,
+            usage=agent.usage,
+            tool_calls=len(agent.steps),
+            cut_short=agent.budget_exceeded,
+        )
 
 
 class TeamStage(StrEnum):

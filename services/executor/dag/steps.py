@@ -173,13 +173,7 @@ class StepAgents:
         finally:
             self._inbox.release(inbox)
             self._running.pop(step.id, None)
-        return StepRecord(
-            step,
-            result.answer,
-            usage=result.usage,
-            tool_calls=len(result.steps),
-            cut_short=result.budget_exceeded,
-        )
+        return StepRecord.of(step, result)
 
     async def _failed(
         self, step: PlanStep, agent: ReActAgent, error_type: str, reason: str

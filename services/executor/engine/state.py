@@ -107,4 +107,4 @@ class LoopState:
     answer: str = ""
     budget_exceeded: bool = False
     answered: bool = False
-    """The answer is on the log (THREAD_MESSAGE_COMPLETED), or needs no synthesis."""
+    """The agent's answer is on the log (THREAD_MESSAGE_COMPLETED)."""

@@ -134,17 +134,7 @@ class TeamFold:
             fold = self.agents[step.id]
             fold.apply(event)
             if fold.state.stage is Stage.DONE:
-                loop = fold.state
-                progress.step_over(
-                    self.state,
-                    StepRecord(
-                        step,
-                        loop.answer,
-                        usage=loop.usage,
-                        tool_calls=len(loop.steps),
-                        cut_short=loop.budget_exceeded,
-                    ),
-                )
+                progress.step_over(self.state, StepRecord.of(step, fold.state))
 
     def _step_failed(self, event: Recorded, step: PlanStep) -> None:
         reason = str(event.get("error_message") or "")
