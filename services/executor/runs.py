@@ -160,7 +160,7 @@ class RunManager:
             # later epoch, it goes on from its log once the old one (fenced) has stopped.
             self._superseded.add(ours)
             ours.cancel()
-            ours.add_done_callback(lambda _: self.take_over(claimed))
+            ours.add_done_callback(lambda old: self._supersede(old, claimed))
             return
         request = RunRequest.from_spec(claimed)
         try:
@@ -171,6 +171,10 @@ class RunManager:
         catalog = self._list_tools(request.tenant_id)
         run = ActiveRun(request, llm, catalog, epoch=claimed.epoch, claimed=claimed)
         self._launch(claimed.workflow_id, run)
+
+    def _supersede(self, old: asyncio.Task[None], claimed: ClaimedRun) -> None:
+        self._superseded.discard(old)
+        self.take_over(claimed)
 
     def _list_tools(self, tenant_id: str) -> Catalog:
         # Neither the run's tasks nor their done callbacks keep the request's span alive (each
@@ -342,7 +346,6 @@ class RunManager:
         (another replica goes on with it), or its lease refused (it is someone else's)."""
         task = asyncio.current_task()
         if task is not None and task in self._superseded:
-            self._superseded.discard(task)
             log.warning("run stopped: claimed again at a later epoch")
             RUNS_FINISHED.labels("lost").inc()
         elif lease is not None and self._handing_over:
