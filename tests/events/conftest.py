@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -11,10 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.events.__main__ import build
 from services.events.hot import MemoryHotTier
+from services.events.leases import LeaseStore
 from services.events.log import EventLog
 from services.events.migrate import migrate
 from services.events.redis_hot import RedisHotTier
 from services.events.store import SqlEventStore
+from services.events.sweeper import LeaseSweeper
 from shuttle.db import create_engine
 from shuttle.grpc_server import GrpcService
 from shuttle.settings import Settings
@@ -134,3 +138,48 @@ async def tiers(redis_server: str, redis_prefix: str) -> AsyncIterator[TierMaker
     yield make
     for tier in made:
         await tier.close()
+
+
+# Leases: replicas of the log on one database, on a clock the test moves.
+START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+# How long a lapsed run waits for an executor to take it over before the sweeper ends it.
+ORPHAN_SECONDS = 10.0
+
+
+@dataclass
+class Clock:
+    now: datetime = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@dataclass
+class Replica:
+    """One events replica: its own engine, log, hot tier, leases and sweeper."""
+
+    log: EventLog
+    leases: LeaseStore
+    sweeper: LeaseSweeper
+
+
+def replica(engines: EngineMaker, clock: Clock) -> Replica:
+    engine = engines()
+    store = SqlEventStore(engine, clock=clock)
+    event_log = EventLog(store, MemoryHotTier())
+    leases = LeaseStore(engine, clock=clock, writes=store)
+    sweeper = LeaseSweeper(leases, event_log, interval_seconds=1.0, orphan_seconds=ORPHAN_SECONDS)
+    return Replica(event_log, leases, sweeper)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def one(engines: EngineMaker, clock: Clock) -> Replica:
+    return replica(engines, clock)

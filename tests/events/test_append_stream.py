@@ -47,6 +47,7 @@ class Appender:
         producer: str = "",
         batch_seq: int = 0,
         traceparent: str = "",
+        lease_epoch: int = 0,
     ) -> int:
         self._sent += 1
         request = events_pb2.AppendRequest(
@@ -55,6 +56,7 @@ class Appender:
             events=drafts or [draft("PROGRESS")],
             producer_id=producer,
             batch_seq=batch_seq,
+            lease_epoch=lease_epoch,
         )
         self._outbox.put_nowait(
             events_pb2.AppendCall(id=self._sent, request=request, traceparent=traceparent)

@@ -158,6 +158,35 @@ async def test_the_executor_alone_creates_workflows_and_renews_their_leases(
     assert leased.lease_owner == "exec-a"
 
 
+async def test_only_the_executor_claims_and_releases_runs(events: Events) -> None:
+    executor = events.stub(EXECUTOR)
+    created = await executor.CreateWorkflow(
+        events_pb2.CreateWorkflowRequest(
+            tenant_id=TENANT, lease_owner="exec-a", lease_ttl_ms=60_000
+        )
+    )
+    release = events_pb2.ReleaseLeaseRequest(
+        workflow_id=created.workflow_id, tenant_id=TENANT, owner="exec-a", epoch=1
+    )
+    claim = events_pb2.ClaimRunsRequest(owner="mallory", ttl_ms=3_600_000, limit=100)
+    for role in (GATEWAY, TOOLS, PLANNER):
+        stub = events.stub(role)
+        for call in (stub.ReleaseLease(release), stub.ClaimRuns(claim)):
+            with pytest.raises(grpc.aio.AioRpcError) as failure:
+                await call
+            assert failure.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert f"is not open to the {role} role" in (failure.value.details() or "")
+    get = events_pb2.GetWorkflowRequest(workflow_id=created.workflow_id, tenant_id=TENANT)
+    untouched = await events.stub(GATEWAY).GetWorkflow(get)
+    assert (untouched.lease_owner, untouched.lease_epoch) == ("exec-a", 1)
+    # The service is still up, and the executor hands the run over and takes it.
+    await executor.ReleaseLease(release)
+    claimed = await executor.ClaimRuns(
+        events_pb2.ClaimRunsRequest(owner="exec-b", ttl_ms=60_000, limit=10)
+    )
+    assert [(w.workflow_id, w.lease_epoch) for w in claimed.workflows] == [(created.workflow_id, 2)]
+
+
 async def test_append_stream_is_the_executors_and_refuses_its_batches_of_approvals(
     events: Events,
 ) -> None:

@@ -1,68 +1,26 @@
-"""Run leases and the sweeper that ends runs whose executor is gone (SQLite and PostgreSQL)."""
+"""Run leases and the sweeper that ends runs no executor took over (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
 
-from services.events.errors import FailedPrecondition, InvalidArgument, NotFound
-from services.events.hot import MemoryHotTier
-from services.events.leases import LeaseStore
-from services.events.log import EventLog
+from services.events.claims import claim_runs
+from services.events.errors import FailedPrecondition, Fenced, InvalidArgument, NotFound
 from services.events.records import WorkflowStatus
-from services.events.store import SqlEventStore
-from services.events.sweeper import LeaseSweeper
 from shuttle.grpc_client import tenant_metadata
+from shuttle.settings import SettingsError, load_settings
 from shuttle.v1 import events_pb2, events_pb2_grpc
 from tests.support.databases import EngineMaker
 
+from .conftest import ORPHAN_SECONDS, START, Clock, Replica, replica
 from .helpers import collect, new, progress, seqs
 
 TENANT = "acme"
-START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
-
-
-@dataclass
-class Clock:
-    now: datetime = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-@dataclass
-class Replica:
-    """One events replica: its own engine, log, hot tier, leases and sweeper."""
-
-    log: EventLog
-    leases: LeaseStore
-    sweeper: LeaseSweeper
-
-
-def replica(engines: EngineMaker, clock: Clock) -> Replica:
-    engine = engines()
-    store = SqlEventStore(engine, clock=clock)
-    event_log = EventLog(store, MemoryHotTier())
-    leases = LeaseStore(engine, clock=clock, writes=store)
-    return Replica(event_log, leases, LeaseSweeper(leases, event_log, interval_seconds=1.0))
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def one(engines: EngineMaker, clock: Clock) -> Replica:
-    return replica(engines, clock)
 
 
 async def running(one: Replica, workflow_id: str = "wf-1") -> str:
@@ -114,7 +72,7 @@ async def test_bad_renewals_are_refused_clearly(one: Replica) -> None:
     assert (await one.log.get_workflow(workflow_id, TENANT)).lease_owner == ""
 
 
-async def test_a_lapsed_run_is_ended_as_executor_lost_for_live_subscribers(
+async def test_a_run_no_executor_takes_over_is_ended_as_executor_lost_for_live_subscribers(
     one: Replica, clock: Clock
 ) -> None:
     workflow_id = await running(one)
@@ -124,6 +82,10 @@ async def test_a_lapsed_run_is_ended_as_executor_lost_for_live_subscribers(
     assert await one.sweeper.sweep_once() == []  # still alive
 
     clock.advance(1.5)
+    assert await one.sweeper.sweep_once() == []  # lapsed: another executor may take it over
+    clock.advance(ORPHAN_SECONDS - 0.5)
+    assert await one.sweeper.sweep_once() == []
+    clock.advance(0.1)  # nobody did within the orphan time
     assert await one.sweeper.sweep_once() == [workflow_id]
 
     events = await asyncio.wait_for(watcher, 30)
@@ -134,7 +96,9 @@ async def test_a_lapsed_run_is_ended_as_executor_lost_for_live_subscribers(
     assert (payload["fatal"], payload["recoverable"]) == (True, False)
     assert payload["lost_owner"] == "exec-a"
     assert "exec-a" in payload["error_message"]
+    assert "no executor took the run over within 10 s" in payload["error_message"]
     assert "Retry the task" in payload["error_message"]
+    assert payload["orphan_seconds"] == ORPHAN_SECONDS
     record = await one.log.get_workflow(workflow_id, TENANT)
     assert record.status == WorkflowStatus.FAILED
     assert "stopped responding" in record.error
@@ -143,14 +107,23 @@ async def test_a_lapsed_run_is_ended_as_executor_lost_for_live_subscribers(
 
 async def test_the_old_owner_learns_its_run_was_ended(one: Replica, clock: Clock) -> None:
     workflow_id = await running(one)
-    await one.leases.renew(workflow_id, TENANT, "exec-a", 2000)
+    leased = await one.leases.renew(workflow_id, TENANT, "exec-a", 2000)
     clock.advance(3)
-    expired = await one.leases.expired()
-    assert [lease.workflow_id for lease in expired] == [workflow_id]
-    assert await one.leases.claim(expired[0], timedelta(seconds=10))
-    # Claimed but not yet ended: the slow executor may not take its lease back.
+    assert await one.sweeper.orphans() == []  # lapsed, but not for the orphan time yet
+    clock.advance(ORPHAN_SECONDS)
+    orphans = await one.sweeper.orphans()
+    assert [lease.workflow_id for lease in orphans] == [workflow_id]
+    assert orphans[0].epoch == leased.lease_epoch == 1
+    assert await one.sweeper.claim(orphans[0])
+    # Claimed but not yet ended: the slow executor may not take its lease back, nor another
+    # executor claim the run, and its appends at its old epoch are fenced.
     with pytest.raises(FailedPrecondition, match=r"'exec-a'.*EXECUTOR_LOST: stop the run"):
         await one.leases.renew(workflow_id, TENANT, "exec-a", 2000)
+    with pytest.raises(FailedPrecondition, match=r"'exec-a'.*EXECUTOR_LOST: stop the run"):
+        await one.leases.renew(workflow_id, TENANT, "exec-a", 2000, epoch=1)
+    assert await claim_runs(one.leases, "exec-b", 60_000, 10) == []
+    with pytest.raises(Fenced, match=r"^fenced: .* epoch 2 .* lease epoch 1"):
+        await one.log.append(workflow_id, TENANT, progress(1), lease_epoch=1)
 
     clock.advance(30)  # the claiming replica died; another one finishes the job
     assert await one.sweeper.sweep_once() == [workflow_id]
@@ -187,7 +160,7 @@ async def test_two_replicas_sweeping_at_once_end_the_run_once(
     workflow_ids = [await running(a, f"wf-{n}") for n in range(4)]
     for workflow_id in workflow_ids:
         await a.leases.renew(workflow_id, TENANT, "exec-a", 2000)
-    clock.advance(5)
+    clock.advance(5 + ORPHAN_SECONDS)
 
     ended_a, ended_b = await asyncio.gather(a.sweeper.sweep_once(), b.sweeper.sweep_once())
 
@@ -225,3 +198,13 @@ async def test_renew_lease_over_grpc(stub: events_pb2_grpc.EventServiceAsyncStub
             )
         assert caught.value.code() == code
         assert words in (caught.value.details() or "")
+
+
+def test_the_orphan_time_is_a_setting_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SHUTTLE_EVENTS_ORPHAN_SECONDS", raising=False)
+    assert load_settings().events_orphan_seconds == 120.0
+    monkeypatch.setenv("SHUTTLE_EVENTS_ORPHAN_SECONDS", "2.5")
+    assert load_settings().events_orphan_seconds == 2.5
+    monkeypatch.setenv("SHUTTLE_EVENTS_ORPHAN_SECONDS", "0")
+    with pytest.raises(SettingsError, match="SHUTTLE_EVENTS_ORPHAN_SECONDS"):
+        load_settings()

@@ -38,9 +38,9 @@ async def test_migrations_create_the_tables_with_their_own_version_table(
         engine
     )
     assert "alembic_version" not in await table_names(engine)  # left to other services
-    assert await current_revision(engine) == "0003"
+    assert await current_revision(engine) == "0004"
     await migrate(engine)  # a second run (a restart) changes nothing
-    assert await current_revision(engine) == "0003"
+    assert await current_revision(engine) == "0004"
 
 
 async def count(engine: AsyncEngine, table: Table, workflow_id: str) -> int:
@@ -97,7 +97,7 @@ async def test_admin_migrate_and_purge_commands(tmp_path: Path) -> None:
     env = {"SHUTTLE_DATA_DIR": str(tmp_path / "var"), "SHUTTLE_DATABASE_URL": ""}
     code, output = await run_admin(env, "migrate")
     assert code == 0, output
-    assert "revision 0003" in output
+    assert "revision 0004" in output
     assert (tmp_path / "var" / "shuttle.db").is_file()
     code, output = await run_admin(env, "purge", "--days", "30")
     assert code == 0, output
@@ -156,3 +156,35 @@ async def test_revision_0003_indexes_workflows_by_tenant_and_status(engine: Asyn
         indexes = await conn.run_sync(lambda sync: inspect(sync).get_indexes("workflows"))
     columns = {index["name"]: index["column_names"] for index in indexes}
     assert columns["ix_workflows_tenant_status"] == ["tenant_id", "status"]
+
+
+async def test_revision_0004_gives_existing_workflows_no_epoch_no_takeovers_no_spec(
+    tmp_path: Path,
+) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'upgrade.db'}")
+    try:
+        await migrate(engine, "0003")
+        then = datetime(2026, 6, 1, tzinfo=UTC)
+        async with engine.begin() as conn:
+            await conn.execute(
+                workflows.insert().values(
+                    id="wf-old",
+                    tenant_id="t1",
+                    status="RUNNING",
+                    lease_owner="exec-a",
+                    lease_expires_at=then,
+                    created_at=then,
+                    updated_at=then,
+                )
+            )
+        await migrate(engine)
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(workflows.c.lease_epoch, workflows.c.takeovers, workflows.c.spec)
+                )
+            ).one()
+        assert tuple(row) == (0, 0, "")
+        assert await current_revision(engine) == "0004"
+    finally:
+        await engine.dispose()

@@ -27,6 +27,10 @@ REFUSED: list[tuple[str, Message]] = [
     ("EventService/CreateWorkflow", events_pb2.CreateWorkflowRequest(query="made by a tenant")),
     ("EventService/AppendStream", events_pb2.AppendCall()),
     ("EventService/FollowCommands", events_pb2.CommandWatch()),
+    (
+        "EventService/ClaimRuns",
+        events_pb2.ClaimRunsRequest(owner="mallory", ttl_ms=3_600_000, limit=100),
+    ),
     ("PlannerService/StructuredCall", planner_pb2.StructuredCallRequest()),
     ("PlannerService/Route", planner_pb2.RouteRequest(query="hello")),
     (
@@ -113,6 +117,13 @@ def test_a_lease_cannot_be_taken_nor_a_log_deleted(auth_stack: AuthStack, finish
     renew = events_pb2.RenewLeaseRequest(workflow_id=workflow_id, owner="mallory", ttl_ms=60_000)
     refused(auth_stack.url, "EventService/RenewLease", renew, auth_stack.key_a)
     assert workflow(auth_stack, workflow_id).lease_owner == ""
+    before = workflow(auth_stack, workflow_id)
+    release = events_pb2.ReleaseLeaseRequest(
+        workflow_id=workflow_id, owner=before.lease_owner or "mallory", epoch=before.lease_epoch
+    )
+    refused(auth_stack.url, "EventService/ReleaseLease", release, auth_stack.key_a)
+    after = workflow(auth_stack, workflow_id)
+    assert (after.lease_owner, after.lease_epoch) == (before.lease_owner, before.lease_epoch)
     delete = events_pb2.DeleteWorkflowsRequest(workflow_ids=[finished_a])
     refused(auth_stack.url, "EventService/DeleteWorkflows", delete, auth_stack.key_a)
     assert task(auth_stack, finished_a)["status"] == "completed"
