@@ -81,6 +81,8 @@ class GrpcService:
     service_names: Sequence[str]
     register: Registrar
     on_stop: Sequence[Cleanup] = field(default_factory=tuple)
+    on_stopping: Sequence[Cleanup] = field(default_factory=tuple)
+    """Run first on stop, before in-flight RPCs get their grace period (e.g. hand work over)."""
     auth: ServerAuth = NO_SERVER_AUTH
     roles: MethodRoles = field(default_factory=dict)
     connection_age: ConnectionAge = field(default_factory=ConnectionAge)
@@ -140,11 +142,14 @@ class GrpcService:
         return self.port
 
     async def stop(self, grace: float = 5.0) -> None:
-        """Report NOT_SERVING, finish in-flight RPCs within `grace`, then run cleanups."""
+        """Report NOT_SERVING, run `on_stopping`, finish in-flight RPCs within `grace`,
+        then run cleanups."""
         if self._server is None:
             return
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
+        for stopping in self.on_stopping:
+            await stopping()
         await self._server.stop(grace)
         self._server = None
         for cleanup in self.on_stop:

@@ -17,6 +17,14 @@ RUNS_FINISHED = Counter("shuttle_runs_finished_total", "Runs finished, by outcom
 RUN_ITERATIONS = Histogram(
     "shuttle_run_iterations", "Tool-loop iterations per run.", buckets=(1, 2, 3, 5, 8, 13, 21, 50)
 )
+RUNS_RESUMED = Counter(
+    "shuttle_runs_resumed_total", "Runs taken over from another executor and resumed here."
+)
+RUN_TAKEOVER_SECONDS = Histogram(
+    "shuttle_run_takeover_seconds",
+    "From a run's lease lapsing or being handed over to the run resuming on this replica.",
+    buckets=(0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120),
+)
 LLM_CALLS = Counter("shuttle_llm_calls_total", "Model calls.", ["model", "outcome"])
 LLM_TOKENS = Counter("shuttle_llm_tokens_total", "Tokens by model.", ["model", "direction"])
 LLM_COST = Counter("shuttle_llm_cost_usd_total", "Estimated cost by model.", ["model"])

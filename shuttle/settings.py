@@ -266,6 +266,11 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_format: str = Field("json", pattern="^(json|text)$")
     shutdown_grace_seconds: float = Field(10.0, ge=0)
+    # Every executor replica claims, this often, the runs whose lease lapsed or was handed
+    # over (SIGTERM), and goes on with each from its log; a run taken over more than
+    # run_max_takeovers times is failed as EXECUTOR_LOST instead.
+    run_takeover_poll_seconds: float = Field(1.0, gt=0)
+    run_max_takeovers: int = Field(3, ge=0)
 
     @field_validator("events_addr", "tools_addr", "planner_addr", "executor_addr")
     @classmethod

@@ -36,6 +36,7 @@ class TokenUsage:
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "total_tokens": self.total_tokens,
+            "cached_tokens": self.cached_tokens,
         }
 
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from services.executor.adapters.events import GrpcRunLeases, GrpcWorkflowRegistry, run_sink
+from services.executor.adapters.events import (
+    GrpcRunLeases,
+    GrpcRunLog,
+    GrpcWorkflowRegistry,
+    run_sink,
+)
 from services.executor.adapters.planner import PlannerClient
 from services.executor.adapters.tools import ToolClient
 from services.executor.adapters.tracing import TracedTools
@@ -54,7 +59,9 @@ async def build(settings: Settings) -> GrpcService:
     )
     runs = RunManager(
         registry=GrpcWorkflowRegistry(events),
-        sinks=lambda workflow_id, tenant_id: run_sink(events, workflow_id, tenant_id),
+        sinks=lambda workflow_id, tenant_id, epoch: run_sink(
+            events, workflow_id, tenant_id, lease_epoch=epoch
+        ),
         tools=tools,
         llm=llm,
         settings=AgentSettings.from_settings(settings),
@@ -73,11 +80,22 @@ async def build(settings: Settings) -> GrpcService:
             max_iterations=settings.dag_step_max_iterations,
             timeout_seconds=settings.dag_step_timeout_seconds,
         ),
-        leasing=Leasing(GrpcRunLeases(events), replica_id(), settings.run_lease_seconds),
+        leasing=Leasing(
+            GrpcRunLeases(events),
+            replica_id(),
+            settings.run_lease_seconds,
+            takeover_poll_seconds=settings.run_takeover_poll_seconds,
+            max_takeovers=settings.run_max_takeovers,
+        ),
+        run_log=GrpcRunLog(events),
     )
 
-    async def finish_runs() -> None:
-        await runs.shutdown(settings.shutdown_grace_seconds)
+    # Runs this replica's peers lost or handed over are taken over here from now on.
+    runs.start_takeovers()
+
+    async def hand_runs_over() -> None:
+        # At once, not after the grace period: another replica goes on with each run.
+        await runs.shutdown()
 
     async def close_connections() -> None:
         await events.close()
@@ -91,7 +109,8 @@ async def build(settings: Settings) -> GrpcService:
         register=lambda server: executor_pb2_grpc.add_ExecutorServiceServicer_to_server(
             ExecutorServicer(runs, events, max_budget_tokens=settings.max_budget_tokens), server
         ),
-        on_stop=(finish_runs, close_connections),
+        on_stopping=(hand_runs_over,),
+        on_stop=(close_connections,),
         auth=auth,
         roles=CALLER_ROLES,
     )

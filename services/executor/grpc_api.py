@@ -16,7 +16,7 @@ from services.executor.commands.desk import (
     InvalidTransition,
 )
 from services.executor.ports import RunRequest
-from services.executor.runs import RunManager
+from services.executor.runs import RunManager, RunsStopping
 from shuttle.events_client import EventsClient, UpstreamError
 from shuttle.grpc_auth import GATEWAY, method_roles
 from shuttle.grpc_server import Context
@@ -117,6 +117,9 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             return await self._runs.start(run)
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
+        except RunsStopping as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             raise
         except grpc.aio.AioRpcError as exc:
             await _abort_from(context, exc)

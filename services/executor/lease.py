@@ -1,8 +1,10 @@
 """The run lease, from the executor's side: held for as long as a run lives.
 
-The events service fails a run whose lease lapses (its executor is presumed dead), so a live
-run renews every third of the lease. A refused renewal means the run was ended without us
-(the lease lapsed, e.g. after a long stall): the run is cancelled at once, appending nothing.
+A run whose lease lapses (its executor is presumed dead) is taken over by another replica
+at the next epoch, so a live run renews every third of the lease, at its own epoch. A
+refused renewal means the run is someone else's now, or was ended without us (the lease
+lapsed, e.g. after a long stall): the run is cancelled at once, appending nothing (its
+appends would be refused anyway: they carry the old epoch).
 """
 
 from __future__ import annotations
@@ -33,14 +35,19 @@ def replica_id() -> str:
 
 @dataclass(frozen=True)
 class Leasing:
-    """How this executor leases its runs: the events service port, its name, the lease."""
+    """How this executor leases its runs: the events service port, its name, the lease, and
+    how it takes runs over (see takeover.py)."""
 
     leases: RunLeases
     owner: str
     ttl_seconds: float
+    takeover_poll_seconds: float = 1.0
+    max_takeovers: int = 3
 
-    def keeper(self, workflow_id: str, tenant_id: str, ending: Callable[[], bool]) -> LeaseKeeper:
-        return LeaseKeeper(self, workflow_id, tenant_id, ending)
+    def keeper(
+        self, workflow_id: str, tenant_id: str, ending: Callable[[], bool], epoch: int = 0
+    ) -> LeaseKeeper:
+        return LeaseKeeper(self, workflow_id, tenant_id, ending, epoch)
 
 
 class LeaseKeeper:
@@ -52,12 +59,19 @@ class LeaseKeeper:
     """
 
     def __init__(
-        self, leasing: Leasing, workflow_id: str, tenant_id: str, ending: Callable[[], bool]
+        self,
+        leasing: Leasing,
+        workflow_id: str,
+        tenant_id: str,
+        ending: Callable[[], bool],
+        epoch: int = 0,
     ) -> None:
         self._leasing = leasing
         self._workflow_id = workflow_id
         self._tenant_id = tenant_id
         self._ending = ending
+        self.epoch = epoch
+        """The epoch the run holds its lease at (0: unfenced, as before epochs)."""
         self._run: asyncio.Task[object] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._renewal: asyncio.Task[None] | None = None
@@ -71,8 +85,8 @@ class LeaseKeeper:
     def start(self) -> None:
         """Take the lease, then keep it: a refusal cancels the calling task (the run).
 
-        The run does not wait for the first grant: its workflow was just created, so no other
-        replica holds the lease, and a refusal cancels the run whenever it comes.
+        The run does not wait for the first grant: its workflow was just created leased to
+        us (or claimed by us), and a refusal cancels the run whenever it comes.
         """
         run = asyncio.current_task()
         assert run is not None
@@ -120,9 +134,20 @@ class LeaseKeeper:
                 self._tenant_id,
                 self._leasing.owner,
                 self._leasing.ttl_seconds,
+                self.epoch,
             ),
             self._interval,
         )
+
+    async def release(self) -> None:
+        """Hand the run over (after `stop`): another replica claims it at its next poll (or,
+        when the release fails, once the lease has lapsed)."""
+        try:
+            await self._leasing.leases.release(
+                self._workflow_id, self._tenant_id, self._leasing.owner, self.epoch
+            )
+        except Exception as exc:
+            log.warning("could not release the run's lease", extra={"error": str(exc)})
 
     def _give_up(self, refused: LeaseRefused) -> None:
         self.lost = str(refused)

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from services.events.__main__ import build as build_events
-from services.executor.adapters.events import GrpcWorkflowRegistry, run_sink
+from services.executor.adapters.events import GrpcRunLog, GrpcWorkflowRegistry, run_sink
 from services.executor.adapters.planner import PlannerClient
 from services.executor.adapters.tools import ToolClient
 from services.executor.dag.ports import ModelPicker
@@ -95,7 +95,9 @@ class Backends:
         settings = replace(agent_defaults(), tool_timeout_seconds=10, **overrides)
         return RunManager(
             registry=GrpcWorkflowRegistry(self.client),
-            sinks=lambda wf, tenant: run_sink(self.client, wf, tenant, **(sink_options or {})),
+            sinks=lambda wf, tenant, epoch: run_sink(
+                self.client, wf, tenant, lease_epoch=epoch, **(sink_options or {})
+            ),
             tools=self.tools,
             llm=llm,
             settings=settings,
@@ -105,6 +107,7 @@ class Backends:
             team=team,
             step_limits=step_limits,
             leasing=leasing,
+            run_log=GrpcRunLog(self.client),
             emitter=emitter,
             models=models,
         )

@@ -53,7 +53,7 @@ async def test_the_runs_of_a_process_append_over_one_call(
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert gauge(APPEND_STREAMS) == streams + 1
     assert unary_appends() == appends
-    await runs.shutdown(1)
+    await runs.shutdown()
 
 
 async def test_after_an_outage_the_batches_go_on_over_a_new_call(

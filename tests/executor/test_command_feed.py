@@ -52,7 +52,7 @@ async def test_runs_share_one_stream_and_a_command_from_another_replica_reaches_
     # Nothing left to follow: the stream is closed.
     await until(lambda: gauge(COMMAND_FEEDS) == feeds, "the idle feed closes")
     assert gauge(COMMAND_WATCHES) == watches
-    await runs.shutdown(1)
+    await runs.shutdown()
 
 
 class CountingReceiver(RunReceiver):

@@ -107,6 +107,7 @@ async def test_parallel_branches_run_concurrently_and_hand_off_to_the_join(
         ("s3", "MESSAGE_RECEIVED"),
         *[("s3", t) for t in step_run],
         ("", "PROGRESS"),
+        ("", "STATUS_UPDATE"),  # the round's review
         *[("synthesizer", "THREAD_MESSAGE_DELTA")] * 4,
         ("synthesizer", "THREAD_MESSAGE_COMPLETED"),
         ("synthesizer", "LLM_OUTPUT"),

@@ -238,7 +238,7 @@ async def test_a_run_survives_an_events_service_restart_with_nothing_lost(
     model = ScriptedOpenAI(handler=script).start()
     runs = RunManager(
         registry=GrpcWorkflowRegistry(client),
-        sinks=lambda wf, tenant: client.producer(wf, tenant, name="run"),
+        sinks=lambda wf, tenant, _epoch: client.producer(wf, tenant, name="run"),
         tools=ToolClient(tools_channel, 10),
         llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
         settings=agent_defaults(),

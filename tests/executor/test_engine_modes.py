@@ -84,8 +84,9 @@ async def test_a_tool_call_and_its_result_in_each_modes_shape(
     after_tool = script.saw(2)
     if mode == "native":
         assert "calculator" in [t["function"]["name"] for t in first_call["tools"]]
-        assert after_tool[-1] == {"role": "tool", "tool_call_id": "call_1_0", "content": "84"}
-        assert after_tool[-2]["tool_calls"][0]["id"] == "call_1_0"
+        call = {"role": "tool", "tool_call_id": "agent-main.1.0", "content": "84"}
+        assert after_tool[-1] == call
+        assert after_tool[-2]["tool_calls"][0]["id"] == "agent-main.1.0"
     else:
         assert "tools" not in first_call and "tools" not in second_call
         system = first_call["messages"][0]["content"]

@@ -112,7 +112,8 @@ def test_the_inbox_takes_each_message_once_and_merges_in_log_order() -> None:
     inbox.deliver(7, "first")
     inbox.deliver(9, "second")  # the same event by the other path
     merged = inbox.drain()
-    assert merged is not None and "1. first\n2. second" in merged
+    assert merged is not None and "1. first\n2. second" in merged.text
+    assert merged.seqs == (7, 9)
     assert inbox.drain() is None
     inbox.deliver(7, "first")
     assert inbox.drain() is None

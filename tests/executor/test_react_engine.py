@@ -57,7 +57,7 @@ async def test_native_loop_runs_the_tool_then_streams_the_answer(
         "result": "84",
         "duration_ms": 0,
         "truncated": False,
-        "call_id": "call_a",
+        "call_id": "agent-main.1.0",
         "iteration": 1,
         "error": "",
         "blocked": False,
@@ -79,8 +79,14 @@ async def test_native_loop_runs_the_tool_then_streams_the_answer(
     offered = [t["function"]["name"] for t in loop_call["tools"]]
     assert offered[0] == "calculator"
     assert "python_exec" not in offered  # off unless enabled
-    assert after_tool["messages"][-2]["tool_calls"][0]["id"] == "call_a"
-    assert after_tool["messages"][-1] == {"role": "tool", "tool_call_id": "call_a", "content": "84"}
+    # Shuttle's own call id, not the model's: a re-issued model call yields the same one.
+    assert after_tool["messages"][-2]["tool_calls"][0]["id"] == "agent-main.1.0"
+    assert after_tool["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "agent-main.1.0",
+        "content": "84",
+    }
+    assert first(events, "LLM_OUTPUT")["payload"]["tool_calls"][0]["id"] == "call_a"
     assert synthesis["stream"] is True and "tools" not in synthesis
     assert synthesis["messages"][0]["content"] == SYNTHESIZER_PROMPT
     assert 'calculator({"expression": "12*7"}) → 84' in synthesis["messages"][1]["content"]
@@ -105,11 +111,11 @@ async def test_parallel_calls_of_one_response_all_run_and_answer_in_order(
         for e in events
         if e["type"] == "TOOL_OBSERVATION"
     }
-    assert results == {"call_1": "4", "call_2": "9"}
+    assert results == {"agent-main.1.0": "4", "agent-main.1.1": "9"}
     tool_messages = [m for m in model.requests[1]["messages"] if m["role"] == "tool"]
     assert [(m["tool_call_id"], m["content"]) for m in tool_messages] == [
-        ("call_1", "4"),
-        ("call_2", "9"),
+        ("agent-main.1.0", "4"),
+        ("agent-main.1.1", "9"),
     ]
     assert model.requests[1]["messages"][-3]["role"] == "assistant"
 

@@ -52,10 +52,14 @@ class CreatedAfterListing:
         self._inner = inner
         self._tools = tools
 
-    async def create(self, request: RunRequest) -> str:
+    async def create(
+        self, request: RunRequest, *, lease_owner: str = "", lease_seconds: float = 0.0
+    ) -> str:
         async with asyncio.timeout(EVENT_WAIT_SECONDS):
             await self._tools.listed.wait()
-        return await self._inner.create(request)
+        return await self._inner.create(
+            request, lease_owner=lease_owner, lease_seconds=lease_seconds
+        )
 
 
 async def test_the_catalog_is_listed_while_the_workflow_is_created(
@@ -65,7 +69,7 @@ async def test_the_catalog_is_listed_while_the_workflow_is_created(
     tools = ListingSeen(backends.tools)
     runs = RunManager(
         registry=CreatedAfterListing(GrpcWorkflowRegistry(backends.client), tools),
-        sinks=lambda wf, tenant: backends.client.producer(wf, tenant, name="run"),
+        sinks=lambda wf, tenant, _epoch: backends.client.producer(wf, tenant, name="run"),
         tools=tools,
         llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
         settings=agent_defaults(),
@@ -98,7 +102,7 @@ async def test_the_run_opens_its_log_with_one_append(
     model.script(text("Nothing to compute."), text("Nothing to compute."))
     sinks: list[BatchesSeen] = []
 
-    def sink(workflow_id: str, tenant_id: str) -> BatchesSeen:
+    def sink(workflow_id: str, tenant_id: str, _epoch: int) -> BatchesSeen:
         sinks.append(BatchesSeen(backends.client.producer(workflow_id, tenant_id, name="run")))
         return sinks[-1]
 
@@ -125,7 +129,7 @@ async def test_a_catalog_that_cannot_be_listed_fails_the_run_as_before(
     try:
         runs = RunManager(
             registry=GrpcWorkflowRegistry(backends.client),
-            sinks=lambda wf, tenant: backends.client.producer(wf, tenant, name="run"),
+            sinks=lambda wf, tenant, _epoch: backends.client.producer(wf, tenant, name="run"),
             tools=ToolClient(unreachable, 10),
             llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
             settings=agent_defaults(),
@@ -148,7 +152,7 @@ async def test_a_hanging_catalog_does_not_hold_back_the_start_of_the_run(
     tools.release.clear()  # the catalog hangs
     runs = RunManager(
         registry=GrpcWorkflowRegistry(backends.client),
-        sinks=lambda wf, tenant: backends.client.producer(wf, tenant, name="run"),
+        sinks=lambda wf, tenant, _epoch: backends.client.producer(wf, tenant, name="run"),
         tools=tools,
         llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
         settings=agent_defaults(),
@@ -163,4 +167,4 @@ async def test_a_hanging_catalog_does_not_hold_back_the_start_of_the_run(
         "WORKFLOW_COMPLETED",
         "STREAM_END",
     ]
-    await runs.shutdown(1)
+    await runs.shutdown()

@@ -118,7 +118,7 @@ def test_task_streams_every_step_in_order_then_closes(stack: str, model: Scripte
     assert roles[-2:] == ["assistant", "tool"]
     assert second_call["messages"][-1] == {
         "role": "tool",
-        "tool_call_id": "call_calc",
+        "tool_call_id": "agent-main.1.0",
         "content": "84",
     }
 

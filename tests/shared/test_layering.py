@@ -113,4 +113,13 @@ def test_every_module_is_short_enough_to_read_at_a_sitting() -> None:
 
 def test_the_executor_root_holds_only_what_belongs_to_no_room() -> None:
     root = {path.name for path in (ROOT / "services" / "executor").glob("*.py")}
-    assert root == {"__init__.py", "__main__.py", "grpc_api.py", "lease.py", "ports.py", "runs.py"}
+    assert root == {
+        "__init__.py",
+        "__main__.py",
+        "agents.py",
+        "grpc_api.py",
+        "lease.py",
+        "ports.py",
+        "runs.py",
+        "takeover.py",
+    }

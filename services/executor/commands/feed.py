@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,6 +48,18 @@ class RunReceiver:
         self.control = RunControl()
         self.interrupts = InterruptInbox()
 
+    def restore(
+        self,
+        controls: Sequence[LogCommand],
+        follow_ups: Sequence[tuple[int, str]],
+        taken: Collection[int],
+    ) -> None:
+        """What a run taken over had received, read back from its log: control commands
+        (and its own WORKFLOW_PAUSED), the user's follow-ups and which it had taken."""
+        for command in controls:
+            self.control.apply(command.seq, command.type, str(command.payload.get("reason") or ""))
+        self.interrupts.restore(follow_ups, taken)
+
     def deliver(self, command: LogCommand) -> None:
         if command.type == "MESSAGE_RECEIVED":
             if command.payload.get("from") == "user":
@@ -78,10 +90,14 @@ class CommandFeed:
     def watched(self) -> int:
         return len(self._watched)
 
-    def register(self, workflow_id: str, tenant_id: str, receiver: RunReceiver) -> None:
-        self._watched[workflow_id] = _Watched(tenant_id, receiver)
+    def register(
+        self, workflow_id: str, tenant_id: str, receiver: RunReceiver, from_seq: int = 1
+    ) -> None:
+        """Watch the run's commands from `from_seq` (a run taken over has read those
+        before it from the log already)."""
+        self._watched[workflow_id] = _Watched(tenant_id, receiver, from_seq)
         if self._requests is not None:
-            self._requests.put_nowait(Watch(workflow_id, tenant_id, 1))
+            self._requests.put_nowait(Watch(workflow_id, tenant_id, from_seq))
         if self._task is None:
             # A context of its own: the feed outlives the request whose run opened it.
             self._task = asyncio.create_task(

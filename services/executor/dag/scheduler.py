@@ -1,36 +1,22 @@
 """One round of a plan: each step starts as soon as its dependencies have finished, at most
-`max_parallel` at a time; a failed step fails its dependents; cancel stops every step."""
+`max_parallel` at a time; a failed step fails its dependents; cancel stops every step.
+
+A round taken over part-way starts from the steps over already (`done`), and starts again
+the steps it had announced (`announced`) without announcing them twice."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
 from services.executor.dag.control import TeamControl
 from services.executor.dag.events import TeamReporter
 from services.executor.dag.handoff import handed_over
+from services.executor.dag.state import StepRecord
 from services.executor.policies.control import RunCancelled
 from shuttle.plans import PlanStep, check_plan
-from shuttle.usage import TokenUsage
-
-
-@dataclass
-class StepRecord:
-    """What became of one step of a round: its result, what it spent, whether it ran."""
-
-    step: PlanStep
-    result: str
-    failed: bool = False
-    usage: TokenUsage = field(default_factory=TokenUsage)
-    tool_calls: int = 0
-    ran: bool = True
-    """False for a step that never started (a failed dependency, an exhausted budget)."""
-    cut_short: bool = False
-    """The team's budget ran out while the step ran: its result is what it had by then."""
-
 
 RunStep = Callable[[PlanStep, Mapping[str, str]], Coroutine[Any, Any, StepRecord]]
 """Runs one step given its dependencies' results (as handed over); never raises for a
@@ -38,6 +24,9 @@ failure of the step itself, only RunCancelled."""
 
 Gate = Callable[[], str | None]
 """Why no further step may start (e.g. the budget is spent), or None."""
+
+Over = Callable[[StepRecord], None]
+"""Told of each step as it is over (ran, failed or skipped)."""
 
 
 class RoundScheduler:
@@ -50,6 +39,9 @@ class RoundScheduler:
         *,
         max_parallel: int = 5,
         gate: Gate | None = None,
+        over: Over | None = None,
+        done: Mapping[str, StepRecord] | None = None,
+        announced: Collection[str] = (),
     ) -> None:
         check_plan(steps)
         self._steps = list(steps)
@@ -58,7 +50,9 @@ class RoundScheduler:
         self._control = control
         self._max_parallel = max(1, max_parallel)
         self._gate = gate or (lambda: None)
-        self._outcomes: dict[str, StepRecord] = {}
+        self._over = over or (lambda _: None)
+        self._outcomes: dict[str, StepRecord] = dict(done or {})
+        self._announced = set(announced)
         self._running: dict[asyncio.Task[StepRecord], PlanStep] = {}
 
     @property
@@ -125,19 +119,31 @@ class RoundScheduler:
         return [s for s in self._steps if s.id not in self._outcomes and s.id not in started]
 
     async def _start(self, step: PlanStep) -> None:
-        await self._control.pause_point("dag_step")
         results = {d: self._outcomes[d].result for d in step.dependencies}
         inputs = handed_over(step, results)
+        if step.id in self._announced:
+            # Started before a takeover: its agent goes on from its log (and its own
+            # checkpoints hold it while the run is paused).
+            self._launch(step, inputs)
+            return
+        await self._control.pause_point("dag_step")
         if step.dependencies:
             await self._team.dependency_satisfied(step.id, step.dependencies)
             for dep, content in inputs.items():
                 await self._team.handoff(dep, step.id, content)
+        self._launch(step, inputs)
+
+    def _launch(self, step: PlanStep, inputs: Mapping[str, str]) -> None:
         task = asyncio.create_task(self._run_step(step, inputs), name=f"step:{step.id}")
         self._running[task] = step
 
     async def _skip(self, step: PlanStep, error_type: str, reason: str) -> None:
-        self._outcomes[step.id] = StepRecord(step, reason, failed=True, ran=False)
+        self._set(StepRecord(step, reason, failed=True, ran=False))
         await self._team.step_failed(step.id, error_type, reason)
+
+    def _set(self, outcome: StepRecord) -> None:
+        self._outcomes[outcome.step.id] = outcome
+        self._over(outcome)
 
     def _done_steps(self, done: set[asyncio.Task[Any]]) -> list[asyncio.Task[StepRecord]]:
         # In plan order, so that simultaneous completions are logged the same way every time.
@@ -148,7 +154,7 @@ class RoundScheduler:
     async def _finish(self, task: asyncio.Task[StepRecord]) -> None:
         step = self._running.pop(task)
         outcome = task.result()  # RunCancelled from a step's checkpoint ends the round
-        self._outcomes[step.id] = outcome
+        self._set(outcome)
         await self._team.progress(len(self._outcomes), len(self._steps), step.task)
 
     async def _report_status(self) -> None:

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from services.executor.dag.control import TeamControl
 from services.executor.dag.events import Member, TeamReporter
 from services.executor.dag.handoff import step_prompt
 from services.executor.dag.ports import ModelPicker
-from services.executor.dag.scheduler import StepRecord
+from services.executor.dag.state import StepRecord
 from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
-from services.executor.engine.state import RunContext
+from services.executor.engine.state import LoopState, RunContext
 from services.executor.log.emitter import EmitterFailed
 from services.executor.log.reporter import RunReporter
 from services.executor.policies.budget import TokenBudget
 from services.executor.policies.control import RunCancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolPort, ToolSelector
+from services.executor.recovery.agent import AgentRecord
+from services.executor.recovery.records import monotonic_since
 from shuttle.llm.protocol import LLM, ROLES, LLMError
 from shuttle.llm.retry_events import RetryReporter
 from shuttle.plans import PlanStep
@@ -30,6 +33,11 @@ from shuttle.usage import TokenUsage
 class StepLimits:
     max_iterations: int = 15
     timeout_seconds: float = 600.0
+
+
+def step_settings(settings: AgentSettings, limits: StepLimits) -> AgentSettings:
+    """What every step's agent runs by: the run's settings, with the steps' iteration cap."""
+    return replace(settings, max_iterations=limits.max_iterations)
 
 
 def pick_model(models: ModelPicker | None, hint: str, default: LLM) -> LLM:
@@ -54,7 +62,8 @@ def member_for(step: PlanStep, llm: LLM) -> Member:
 
 
 class StepAgents:
-    """Builds and runs the agent of each step; usage of running steps stays visible."""
+    """Builds and runs the agent of each step; usage of running steps stays visible (a
+    finished step's is its record's)."""
 
     def __init__(
         self,
@@ -84,11 +93,11 @@ class StepAgents:
         self._inbox = inbox
         self._selector = selector
         self._running: dict[str, ReActAgent] = {}
-        self.finished_usage = TokenUsage()
 
     @property
     def usage(self) -> TokenUsage:
-        total = self.finished_usage
+        """What the running steps have spent so far."""
+        total = TokenUsage()
         for agent in self._running.values():
             total += agent.usage
         return total
@@ -102,13 +111,32 @@ class StepAgents:
         """Runs `step` spending the team's `budget`, which every running step checks before
         each model call: once it is spent, each stops at its next call."""
         member = member_for(step, self.model_for(step))
-        settings = replace(self._settings, max_iterations=self._limits.max_iterations)
+        agent, inbox = self._agent(step, budget)
+        prompt = step_prompt(self._query, step, inputs, self._inbox.received)
+        ctx = replace(self._ctx, agent_id=step.id)
+        return await self._run(
+            step, agent, inbox, agent.run(prompt, ctx, role=member.role, subtask=step.task)
+        )
+
+    async def resume(self, step: PlanStep, record: AgentRecord, budget: TokenBudget) -> StepRecord:
+        """Goes on with a step that had started before a takeover, from its log."""
+        agent, inbox = self._agent(step, budget)
+        # The follow-ups the step's own inbox had received and not yet taken.
+        inbox.restore(self._inbox.received_since(record.started_seq), record.taken)
+        ctx = replace(self._ctx, agent_id=step.id)
+        catalog = await self._tools.list_tools(ctx.tenant_id)
+        started = monotonic_since(record.started_at)
+        return await self._run(
+            step, agent, inbox, agent.resume(record.state, record.prompt, ctx, catalog, started)
+        )
+
+    def _agent(self, step: PlanStep, budget: TokenBudget) -> tuple[ReActAgent, InterruptInbox]:
         inbox = self._inbox.branch()
         agent = ReActAgent(
             self.model_for(step).with_observer(RetryReporter(self._reporter.emit, step.id)),
             self._tools,
             self._reporter,
-            settings,
+            step_settings(self._settings, self._limits),
             selector=self._selector,
             control=self._control,
             inbox=inbox,
@@ -116,11 +144,18 @@ class StepAgents:
             budget=budget,
         )
         self._running[step.id] = agent
-        prompt = step_prompt(self._query, step, inputs, self._inbox.received)
-        ctx = replace(self._ctx, agent_id=step.id)
+        return agent, inbox
+
+    async def _run(
+        self,
+        step: PlanStep,
+        agent: ReActAgent,
+        inbox: InterruptInbox,
+        running: Coroutine[Any, Any, LoopState],
+    ) -> StepRecord:
         try:
             async with asyncio.timeout(self._limits.timeout_seconds):
-                result = await agent.run(prompt, ctx, role=member.role, subtask=step.task)
+                result = await running
         except TimeoutError:
             return await self._failed(
                 step,
@@ -138,14 +173,7 @@ class StepAgents:
         finally:
             self._inbox.release(inbox)
             self._running.pop(step.id, None)
-            self.finished_usage += agent.usage
-        return StepRecord(
-            step,
-            result.answer,
-            usage=result.usage,
-            tool_calls=len(result.steps),
-            cut_short=result.budget_exceeded,
-        )
+        return StepRecord.of(step, result)
 
     async def _failed(
         self, step: PlanStep, agent: ReActAgent, error_type: str, reason: str

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.executor.dag.handoff import cut
-from services.executor.dag.scheduler import StepRecord
+from services.executor.dag.state import StepRecord
 from services.executor.log.reporter import RunReporter
 from shuttle.llm.protocol import LLM, ChatResult, LLMError
 from shuttle.usage import TokenUsage

@@ -1,17 +1,23 @@
 """A COMPLEX run: plan, run the team, analyse, replan (up to `max_rounds`), then one
-streamed answer. Every step is a ReAct agent; the run's control, inbox and budget are shared."""
+streamed answer. Every step is a ReAct agent; the run's control, inbox and budget are shared.
+
+The team walks its state's stages (dag/state.py), so that a team rebuilt from the log after
+a takeover goes on from where it stood: its finished steps stand, its running ones resume.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from services.executor.dag import state as progress
 from services.executor.dag.control import TeamControl
 from services.executor.dag.events import TeamReporter
 from services.executor.dag.plan import qualify
 from services.executor.dag.ports import DagPlanner
-from services.executor.dag.scheduler import RoundScheduler, StepRecord
+from services.executor.dag.scheduler import RoundScheduler
+from services.executor.dag.state import StepRecord, TeamSettings, TeamStage, TeamState
 from services.executor.dag.steps import StepAgents, member_for
 from services.executor.dag.synthesis import (
     SYNTHESIS_AGENT,
@@ -25,17 +31,13 @@ from services.executor.policies.budget import TokenBudget, spend
 from services.executor.policies.control import RunCancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolDefinition
+from services.executor.recovery.agent import AgentRecord
+from shuttle.envelope import ANSWER_RESTARTED
 from shuttle.llm.protocol import LLM
 from shuttle.plans import Analysis, PlanStep, StepResult, check_plan
 from shuttle.usage import TokenUsage
 
-
-@dataclass(frozen=True)
-class TeamSettings:
-    max_parallel: int = 5
-    max_rounds: int = 3
-    confidence_threshold: float = 0.8
-    """A round whose analysis is below this (and not achieved) is replanned."""
+__all__ = ["TeamResult", "TeamRun", "TeamSettings"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,12 @@ class TeamRun:
         settings: TeamSettings,
         token_budget: int = 0,
         budget_warn_percent: float = 80.0,
+        state: TeamState | None = None,
+        running: Mapping[str, AgentRecord] | None = None,
+        started: float | None = None,
     ) -> None:
+        """`state`, `running` (the round's steps that had started, as their logs left them)
+        and `started` (monotonic clock) for a team taken over."""
         self._query = query
         self._ctx = ctx
         self._planner = planner
@@ -73,173 +80,191 @@ class TeamRun:
         self._control = control
         self._inbox = inbox
         self._settings = settings
-        self._budget = TokenBudget(token_budget, budget_warn_percent)
-        """The team's one ledger: planning, analysis and every step's model calls charge it."""
-        self._own_usage = TokenUsage()
-        """Planning, analysis and synthesis; the steps' usage is the agents'."""
-        self._outcomes: list[StepRecord] = []
-        self._recruited = 0
+        self.state = state or TeamState(TokenBudget(token_budget, budget_warn_percent))
+        self._running = dict(running or {})
+        self._restarting_answer = self.state.stage is TeamStage.ANSWER
+        self._started = time.monotonic() if started is None else started
+        self._stages: dict[TeamStage, Callable[[Sequence[ToolDefinition]], Awaitable[None]]] = {
+            TeamStage.PLAN: self._plan,
+            TeamStage.PLANNING: self._planning,
+            TeamStage.RECRUIT: self._recruit,
+            TeamStage.STEPS: self._steps,
+            TeamStage.REVIEW: self._review,
+            TeamStage.REPLAN: self._replan,
+        }
 
     @property
     def usage(self) -> TokenUsage:
-        return self._own_usage + self._agents.usage
+        total = self.state.own_usage + self._agents.usage
+        for outcome in (*self.state.outcomes, *self.state.round_outcomes.values()):
+            total += outcome.usage
+        return total
 
     async def run(self, tools: Sequence[ToolDefinition]) -> TeamResult:
-        started = time.monotonic()
+        state = self.state
         try:
-            rounds, draft = await self._rounds(tools)
+            while (stage := self._stages.get(state.stage)) is not None:
+                await stage(tools)
         except RunCancelled:
-            await self._retire(started, "cancelled")
+            await self._retire("cancelled")
             raise
         except Exception:
-            await self._retire(started, "failed")
+            await self._retire("failed")
             raise
-        if self._budget.exhausted:
-            # No more model calls: the answer is put together from what the steps had.
-            answer = budget_team_answer(self._budget.budget, self._outcomes, draft)
-            await self._reporter.answer_completed(SYNTHESIS_AGENT, answer, 0)
-            await self._retire(started, "budget_exceeded")
-        else:
-            answer = await self._synthesise(draft)
-            await self._retire(started, "task_completed")
+        if state.stage is TeamStage.ANSWER:
+            await self._answer()
+            await self._retire("budget_exceeded" if state.budget.exhausted else "task_completed")
+            state.stage = TeamStage.DONE
         return TeamResult(
-            answer=answer,
+            answer=state.answer,
             usage=self.usage,
-            agents_used=sum(1 for o in self._outcomes if o.ran),
-            tools_invoked=sum(o.tool_calls for o in self._outcomes),
-            rounds=rounds,
+            agents_used=sum(1 for o in state.outcomes if o.ran),
+            tools_invoked=sum(o.tool_calls for o in state.outcomes),
+            rounds=state.round,
         )
 
-    async def _synthesise(self, draft: str) -> str:
-        messages = team_synthesis_messages(self._query, self._outcomes, draft, self._inbox.received)
-        await self._control.pause_point("answer")
-        answer, usage = await stream_team_answer(self._llm, self._reporter, messages, draft)
-        self._own_usage += usage
-        return answer
-
-    async def _rounds(self, tools: Sequence[ToolDefinition]) -> tuple[int, str]:
-        """Runs rounds until the analysis is confident; the rounds run and the best draft."""
-        context = ""
-        draft = ""
-        for number in range(1, self._settings.max_rounds + 1):
-            await self._control.pause_point("planning")
-            steps = await self._plan(number, tools, context)
-            if self._budget.exhausted:
-                return number, draft
-            await self._recruit(number, steps, [t.name for t in tools])
-            scheduler = RoundScheduler(
-                steps,
-                self._run_step,
-                self._team,
-                self._control,
-                max_parallel=self._settings.max_parallel,
-                gate=self._budget.refusal,
+    async def _answer(self) -> None:
+        state = self.state
+        if state.answered:
+            return
+        if state.budget.exhausted:
+            # No more model calls: the answer is put together from what the steps had.
+            state.answer = budget_team_answer(state.budget.budget, state.outcomes, state.draft)
+            await self._reporter.answer_completed(SYNTHESIS_AGENT, state.answer, 0)
+        else:
+            messages = team_synthesis_messages(
+                self._query, state.outcomes, state.draft, self._inbox.received
             )
-            self._outcomes.extend(await scheduler.run())
-            if self._budget.exhausted:
-                return number, draft
-            await self._control.pause_point("analysis")
-            analysis = await self._analyze()
-            draft = analysis.answer if analysis is not None else draft
-            if self._budget.exhausted:
-                return number, draft
-            follow_ups = self._inbox.drain()
-            if self._done(analysis) and follow_ups is None:
-                return number, draft
-            if number == self._settings.max_rounds:
-                return number, draft
-            context = replan_context(self._outcomes, analysis, follow_ups)
-            await self._reporter.status_update(
-                "",
-                f"Replanning (round {number + 1} of at most {self._settings.max_rounds})",
-                {
-                    "phase": "replanning",
-                    "round": number + 1,
-                    "achieved": analysis.achieved if analysis else False,
-                    "confidence": analysis.confidence if analysis else 0.0,
-                    "reasoning": analysis.reasoning if analysis else "",
-                    "interrupted": follow_ups is not None,
-                },
+            await self._control.pause_point("answer")
+            if self._restarting_answer:
+                await self._reporter.status_update(
+                    SYNTHESIS_AGENT, "Answer restarted", {"kind": ANSWER_RESTARTED}
+                )
+            state.answer, usage = await stream_team_answer(
+                self._llm, self._reporter, messages, state.draft
             )
-        return self._settings.max_rounds, draft
+            state.own_usage += usage
+        state.answered = True
 
-    def _done(self, analysis: Analysis | None) -> bool:
-        if analysis is None:
-            return True  # nothing to judge by: the round's results stand
-        return analysis.achieved or analysis.confidence >= self._settings.confidence_threshold
-
-    async def _plan(
-        self, number: int, tools: Sequence[ToolDefinition], context: str
-    ) -> tuple[PlanStep, ...]:
+    async def _plan(self, tools: Sequence[ToolDefinition]) -> None:
+        number = self.state.round
+        await self._control.pause_point("planning")
         await self._reporter.status_update(
             "", f"Planning round {number}", {"phase": "planning", "round": number}
         )
-        planned = await self._planner.plan(self._ctx.workflow_id, self._query, tools, context)
-        await self._charge(planned.usage)
-        steps = qualify(planned.steps, number)
+        self.state.stage = TeamStage.PLANNING
+
+    async def _planning(self, tools: Sequence[ToolDefinition]) -> None:
+        state = self.state
+        planned = await self._planner.plan(self._ctx.workflow_id, self._query, tools, state.context)
+        steps = qualify(planned.steps, state.round)
         check_plan(steps)
+        await self._charge(planned.usage)
         await self._reporter.status_update(
             "",
-            f"Plan of round {number}: {len(steps)} steps",
+            f"Plan of round {state.round}: {len(steps)} steps",
             {
                 "phase": "planned",
-                "round": number,
-                "steps": [
-                    {
-                        "id": s.id,
-                        "task": s.task,
-                        "dependencies": list(s.dependencies),
-                        "tool_hint": s.tool_hint,
-                        "model_hint": s.model_hint,
-                    }
-                    for s in steps
-                ],
+                "round": state.round,
+                "steps": progress.plan_payload(steps),
                 "repairs": list(planned.repairs),
+                "usage": planned.usage.as_payload(),
+                "cost_usd": planned.usage.cost_usd,
             },
         )
-        return steps
+        progress.planned(state, steps)
 
-    async def _recruit(self, number: int, steps: Sequence[PlanStep], tool_names: list[str]) -> None:
+    async def _recruit(self, tools: Sequence[ToolDefinition]) -> None:
+        steps = self.state.plan
         members = [member_for(s, self._agents.model_for(s)) for s in steps]
-        await self._team.recruited(members, number)
+        await self._team.recruited(members, self.state.round)
         for member in members:
-            await self._team.role_assigned(member, tool_names)
-        self._recruited += len(members)
+            await self._team.role_assigned(member, [t.name for t in tools])
+        self.state.recruited += len(members)
+        self.state.stage = TeamStage.STEPS
 
-    async def _run_step(self, step: PlanStep, inputs: Mapping[str, str]) -> StepRecord:
-        return await self._agents.run(step, inputs, self._budget)
+    async def _steps(self, tools: Sequence[ToolDefinition]) -> None:
+        state = self.state
+        scheduler = RoundScheduler(
+            state.plan,
+            self._run_step,
+            self._team,
+            self._control,
+            max_parallel=self._settings.max_parallel,
+            gate=state.budget.refusal,
+            over=lambda outcome: progress.step_over(state, outcome),
+            done=state.round_outcomes,
+            announced=self._running,
+        )
+        await scheduler.run()
 
-    async def _charge(self, usage: TokenUsage) -> None:
-        """The team's own calls (planning, analysis) spend the budget the steps spend."""
-        self._own_usage += usage
-        await spend(self._budget, usage.total_tokens, self._reporter, "")
-
-    async def _analyze(self) -> Analysis | None:
-        results = [StepResult(o.step.id, o.step.task, o.result, o.failed) for o in self._outcomes]
+    async def _review(self, tools: Sequence[ToolDefinition]) -> None:
+        state = self.state
+        await self._control.pause_point("analysis")
+        results = [StepResult(o.step.id, o.step.task, o.result, o.failed) for o in state.outcomes]
         analysis = await self._planner.analyze(self._ctx.workflow_id, self._query, results)
         if analysis is not None:
             await self._charge(analysis.usage)
-        return analysis
-
-    async def _retire(self, started: float, reason: str) -> None:
-        if self._recruited:
-            duration_ms = int((time.monotonic() - started) * 1000)
-            await self._team.retired(self._recruited, duration_ms, self.usage, reason)
-
-
-def replan_context(
-    outcomes: Sequence[StepRecord], analysis: Analysis | None, follow_ups: str | None
-) -> str:
-    """What the planner is told about the rounds so far."""
-    lines = []
-    for o in outcomes:
-        status = "FAILED" if o.failed else "done"
-        lines.append(f"- {o.step.id} ({status}): {o.step.task}\n  result: {o.result[:1_000]}")
-    if analysis is not None:
-        lines.append(
-            f"Review: achieved={analysis.achieved}, confidence={analysis.confidence:.2f}. "
-            f"{analysis.reasoning}"
+        follow_ups = self._inbox.drain()
+        await self._reporter.status_update(
+            "",
+            f"Round {state.round} reviewed",
+            analyzed_payload(state.round, analysis, follow_ups.seqs if follow_ups else ()),
         )
-    if follow_ups:
-        lines.append(follow_ups)
-    return "\n".join(lines)
+        progress.reviewed(state, analysis, follow_ups, self._settings)
+
+    async def _replan(self, tools: Sequence[ToolDefinition]) -> None:
+        state = self.state
+        analysis = state.analysis
+        await self._reporter.status_update(
+            "",
+            f"Replanning (round {state.round + 1} of at most {self._settings.max_rounds})",
+            {
+                "phase": "replanning",
+                "round": state.round + 1,
+                "achieved": analysis.achieved if analysis else False,
+                "confidence": analysis.confidence if analysis else 0.0,
+                "reasoning": analysis.reasoning if analysis else "",
+                "interrupted": state.follow_ups is not None,
+            },
+        )
+        progress.replanned(state)
+
+    async def _run_step(self, step: PlanStep, inputs: Mapping[str, str]) -> StepRecord:
+        record = self._running.pop(step.id, None)
+        if record is not None:
+            return await self._agents.resume(step, record, self.state.budget)
+        return await self._agents.run(step, inputs, self.state.budget)
+
+    async def _charge(self, usage: TokenUsage) -> None:
+        """The team's own calls (planning, analysis) spend the budget the steps spend."""
+        self.state.own_usage += usage
+        await spend(self.state.budget, usage.total_tokens, self._reporter, "")
+
+    async def _retire(self, reason: str) -> None:
+        if self.state.recruited:
+            duration_ms = int((time.monotonic() - self._started) * 1000)
+            await self._team.retired(self.state.recruited, duration_ms, self.usage, reason)
+
+
+def analyzed_payload(
+    round_number: int, analysis: Analysis | None, follow_up_seqs: Sequence[int]
+) -> dict[str, object]:
+    """STATUS_UPDATE{phase: analyzed}: the review whole (a team taken over reads its verdict
+    and draft back), and the follow-ups it took."""
+    payload: dict[str, object] = {
+        "phase": "analyzed",
+        "round": round_number,
+        "follow_up_seqs": list(follow_up_seqs),
+        "available": analysis is not None,
+    }
+    if analysis is not None:
+        payload |= {
+            "achieved": analysis.achieved,
+            "confidence": analysis.confidence,
+            "answer": analysis.answer,
+            "reasoning": analysis.reasoning,
+            "usage": analysis.usage.as_payload(),
+            "cost_usd": analysis.usage.cost_usd,
+        }
+    return payload

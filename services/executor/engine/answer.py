@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-from services.executor.engine.state import AgentResult, RunContext
+from services.executor.engine.state import LoopState, RunContext
 from services.executor.engine.synthesis import synthesis_messages
 from services.executor.log.reporter import RunReporter
+from shuttle.envelope import ANSWER_RESTARTED
 from shuttle.llm.protocol import LLM, ChatResult, LLMError
 
 
 async def stream_answer(
-    llm: LLM, reporter: RunReporter, query: str, ctx: RunContext, loop: AgentResult
-) -> str:
-    """The synthesised answer; on any failure, the loop's own answer."""
+    llm: LLM,
+    reporter: RunReporter,
+    query: str,
+    ctx: RunContext,
+    state: LoopState,
+    *,
+    restarting: bool = False,
+) -> None:
+    """The synthesised answer into `state.answer`; on any failure, the loop's own answer.
+    `restarting`: a run taken over mid-answer says so before streaming it again."""
+    if restarting:
+        await reporter.status_update(ctx.agent_id, "Answer restarted", {"kind": ANSWER_RESTARTED})
     stream = llm.stream_chat(
-        synthesis_messages(query, loop.steps, loop.answer, ctx.history, ctx.task_context)
+        synthesis_messages(query, state.steps, state.answer, ctx.history, ctx.task_context)
     )
     parts: list[str] = []
     final: ChatResult | None
@@ -27,10 +37,11 @@ async def stream_answer(
             "LLM_ERROR", f"answer synthesis failed: {exc}", fatal=False, agent_id=ctx.agent_id
         )
         final = None
-    answer = final.content if final is not None else (loop.answer or "".join(parts))
+    answer = final.content if final is not None else (state.answer or "".join(parts))
     tokens = final.usage.output_tokens if final is not None else 0
     await reporter.answer_completed(ctx.agent_id, answer, tokens)
+    state.answer = answer
+    state.answered = True
     if final is not None:
-        loop.usage += final.usage
         await reporter.llm_output(ctx.agent_id, final, phase="answer")
-    return answer
+        state.usage += final.usage

@@ -56,6 +56,33 @@ class Conversation:
         return len(self.entries)
 
 
+Layout = list[int | dict[str, Any]]
+"""A conversation described against an earlier one: an entry kept is its index there, a new
+entry (a summary, a clipped message) is {"message", "pinned"}."""
+
+
+def layout(before: Sequence[Entry], after: Sequence[Entry]) -> Layout:
+    """`after` against `before`, as a compaction reports it on the log."""
+    index = {id(entry): i for i, entry in enumerate(before)}
+    described: Layout = []
+    for entry in after:
+        kept = index.get(id(entry))
+        described.append(
+            kept if kept is not None else {"message": entry.message, "pinned": entry.pinned}
+        )
+    return described
+
+
+def relaid(before: Sequence[Entry], described: Layout) -> list[Entry]:
+    """The entries `described` against `before` (the inverse of `layout`)."""
+    return [
+        before[item]
+        if isinstance(item, int)
+        else Entry(dict(item["message"]), bool(item.get("pinned")))
+        for item in described
+    ]
+
+
 def context_note(task_context: Mapping[str, Any]) -> str:
     """The caller's context for the task, as the agent's system prompt ends with it."""
     if not task_context:

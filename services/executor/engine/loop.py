@@ -3,32 +3,33 @@
 Each iteration: control checkpoint → context guard → non-streaming model call → budget →
 the mode's decision → (interrupts, checklist) → checkpoint → tool batch → cycle warnings,
 self-reflection, interrupts. Then one streamed answer synthesis over the whole trace.
+
+The loop walks its state's stages (engine/state.py), so that it goes on from wherever a
+state rebuilt from the log stands as readily as from the start.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
+from services.executor.engine import progress
 from services.executor.engine.answer import stream_answer
-from services.executor.engine.conversation import Conversation, context_note
-from services.executor.engine.modes import Decision, JsonMode, Mode, NativeMode
 from services.executor.engine.selection import select_tools
 from services.executor.engine.settings import AgentSettings
-from services.executor.engine.state import AgentResult, RunContext
-from services.executor.engine.synthesis import ToolStep, budget_answer, fallback_answer
+from services.executor.engine.state import Injection, LoopState, RunContext, Stage
 from services.executor.engine.tool_runner import ToolRunner
 from services.executor.log.reporter import RunReporter
 from services.executor.policies.budget import TokenBudget, spend
-from services.executor.policies.checklist import CompletionChecklist
 from services.executor.policies.context_guard import ContextGuard, Situation
 from services.executor.policies.control import Checkpoints, RunControl
-from services.executor.policies.cycles import CycleDetector
 from services.executor.policies.interrupts import InterruptInbox
-from services.executor.policies.reflection import SelfReflection
 from services.executor.ports import ToolDefinition, ToolPort, ToolSelector
-from shuttle.llm.protocol import LLM, ChatResult
+from shuttle.llm.protocol import LLM
 from shuttle.usage import TokenUsage
+
+ANSWER_NEAR = frozenset({Stage.ACT, Stage.FINAL, Stage.ANSWER})
+"""Stages from which the loop may end without another event: its answer may have begun."""
 
 
 class ReActAgent:
@@ -59,12 +60,19 @@ class ReActAgent:
         self.inbox = InterruptInbox() if inbox is None else inbox
         self.shared_budget = budget
         """A budget other agents spend too (a team's); None: each run has its own."""
-        self.usage = TokenUsage()
-        """Tokens spent so far, kept current so that a cancelled run can still report them."""
+        self.state: LoopState | None = None
 
     @property
     def native_mode(self) -> bool:
         return self.settings.use_native_tools and self.llm.supports_tools
+
+    @property
+    def usage(self) -> TokenUsage:
+        """Tokens spent so far, kept current so that a cancelled run can still report them."""
+        return self.state.usage if self.state is not None else TokenUsage()
+
+    def new_state(self, agent_id: str) -> LoopState:
+        return progress.new_state(agent_id, self.native_mode, self.settings, self.shared_budget)
 
     async def run(
         self,
@@ -74,28 +82,64 @@ class ReActAgent:
         role: str = "assistant",
         subtask: str = "",
         catalog: Sequence[ToolDefinition] | None = None,
-    ) -> AgentResult:
+    ) -> LoopState:
         """`catalog` is the tools listed for the run already, if they were."""
         started = time.monotonic()
         if catalog is None:
             catalog = await self.tools.list_tools(ctx.tenant_id)
-        tools = list(catalog)
+        state = self.state = self.new_state(ctx.agent_id)
         await self.reporter.agent_started(
-            ctx.agent_id, role, subtask or query, [t.name for t in tools]
+            ctx.agent_id,
+            role,
+            subtask or query,
+            [t.name for t in catalog],
+            prompt=query if subtask and subtask != query else "",
+            tool_mode="native" if state.native else "json",
         )
-        tools = await self._select(query, ctx, tools)
-        result = await _RunLoop(self, query, ctx, tools).run()
-        if result.budget_exceeded:
-            if self.streams_answer:
-                await self.reporter.answer_completed(ctx.agent_id, result.answer, 0)
-        elif self.streams_answer:
-            await self.control.checkpoint("answer", self.reporter)
-            result.answer = await stream_answer(self.llm, self.reporter, query, ctx, result)
-        result.duration_ms = int((time.monotonic() - started) * 1000)
-        await self.reporter.agent_completed(
-            ctx.agent_id, result.answer, result.usage, result.duration_ms, result.iterations
+        return await self.resume(state, query, ctx, catalog, started)
+
+    async def resume(
+        self,
+        state: LoopState,
+        query: str,
+        ctx: RunContext,
+        catalog: Sequence[ToolDefinition],
+        started: float,
+    ) -> LoopState:
+        """Go on from `state` (just started, or rebuilt from the log after a takeover) to
+        AGENT_COMPLETED; `started` is when the agent started (monotonic clock)."""
+        self.state = state
+        # Taken over with its loop over, or about to be with nothing more to say: its answer
+        # may have been streamed in part already (deltas are not kept on the log).
+        entered = (state.stage, state.iteration, len(state.conversation))
+        if state.stage is Stage.SELECT:
+            progress.begin(state, await self._select(query, ctx, list(catalog)), query, ctx)
+        tools = progress.offered(catalog, state.tools)
+        await _RunLoop(self, ctx, tools, state).run()
+        restarting_answer = entered[0] in ANSWER_NEAR and entered[1:] == (
+            state.iteration,
+            len(state.conversation),
         )
-        return result
+        if state.stage is Stage.ANSWER:
+            await self._answer(query, ctx, state, restarting_answer)
+            duration_ms = int((time.monotonic() - started) * 1000)
+            await self.reporter.agent_completed(
+                ctx.agent_id, state.answer, state.usage, duration_ms, state.iteration
+            )
+            state.stage = Stage.DONE
+        return state
+
+    async def _answer(
+        self, query: str, ctx: RunContext, state: LoopState, restarting: bool
+    ) -> None:
+        if not self.streams_answer or state.answered:
+            return
+        if state.budget_exceeded:
+            await self.reporter.answer_completed(ctx.agent_id, state.answer, 0)
+            state.answered = True
+            return
+        await self.control.checkpoint("answer", self.reporter)
+        await stream_answer(self.llm, self.reporter, query, ctx, state, restarting=restarting)
 
     async def _select(
         self, query: str, ctx: RunContext, tools: list[ToolDefinition]
@@ -123,126 +167,116 @@ class ReActAgent:
 
 
 class _RunLoop:
-    """The state of one run of the loop; the policies it consults are created per run."""
+    """The loop over one agent's state; the policies it consults are the state's."""
 
     def __init__(
-        self, agent: ReActAgent, query: str, ctx: RunContext, tools: Sequence[ToolDefinition]
+        self, agent: ReActAgent, ctx: RunContext, tools: Sequence[ToolDefinition], state: LoopState
     ) -> None:
         settings = agent.settings
         self.agent = agent
         self.reporter = agent.reporter
         self.ctx = ctx
-        self.mode: Mode = NativeMode() if agent.native_mode else JsonMode()
+        self.state = state
+        self.mode = progress.mode_of(state)
         self.schemas = self.mode.tool_schemas(tools)
         self.runner = ToolRunner(
             agent.tools, agent.reporter, ctx, [t.name for t in tools], settings.tool_timeout_seconds
         )
-        self.conversation = Conversation()
-        system = self.mode.system_prompt(tools) + context_note(ctx.task_context)
-        self.conversation.add({"role": "system", "content": system})
-        self.conversation.add_history(ctx.history)
-        self.conversation.add_user(query, pinned=True)
-        self.result = AgentResult(answer="", iterations=0, usage=TokenUsage())
         self.guard = ContextGuard(agent.llm, settings.context_budget, settings.compact_keep_recent)
-        self.budget = agent.shared_budget or TokenBudget(
-            settings.token_budget, settings.budget_warn_percent
-        )
-        self.reflection = SelfReflection(settings.reflection_interval)
-        self.cycles = CycleDetector(settings.cycle_threshold)
-        self.checklist = CompletionChecklist(
-            settings.completion_check, settings.completion_check_min_tools
-        )
-        self.reformat_pending = False
+        self.max_iterations = settings.max_iterations
+        self.stages: dict[Stage, Callable[[], Awaitable[None]]] = {
+            Stage.CALL: self._call,
+            Stage.THINKING: self._think,
+            Stage.DECIDED: self._decide,
+            Stage.ACT: self._act,
+            Stage.FINAL: self._final,
+            Stage.TOOLS: self._tools,
+            Stage.INJECT: self._inject_pending,
+            Stage.INTERRUPTS: self._interrupts,
+        }
 
-    async def run(self) -> AgentResult:
-        for iteration in range(1, self.agent.settings.max_iterations + 1):
-            self.result.iterations = iteration
-            if await self._iterate(iteration):
-                return self.result
-        self.result.answer = fallback_answer(self.result.steps)
-        return self.result
+    async def run(self) -> None:
+        """Until the loop is over (stage ANSWER)."""
+        while (step := self.stages.get(self.state.stage)) is not None:
+            await step()
 
-    async def _iterate(self, iteration: int) -> bool:
-        """One model call and what follows from it; True when the loop is over."""
-        agent_id = self.ctx.agent_id
+    async def _call(self) -> None:
+        state = self.state
         await self.agent.control.checkpoint("llm_call", self.reporter)
-        if not self.budget.exhausted:
+        if not state.budget.exhausted:
             await self._fit_context()
-        if self.budget.exhausted:
-            return await self._end_over_budget(None)
-        await self.reporter.thinking(agent_id, iteration, "start")
-        response = await self.agent.llm.chat(self.conversation.messages, self.schemas)
+        if state.budget.exhausted:
+            progress.end_over_budget(state, None)
+            return
+        await self.reporter.thinking(self.ctx.agent_id, state.iteration, "start")
+        state.stage = Stage.THINKING
+
+    async def _think(self) -> None:
+        state = self.state
+        response = await self.agent.llm.chat(state.conversation.messages, self.schemas)
         await self._account(response.usage)
-        await self.reporter.llm_output(agent_id, response, phase="tool_loop")
-        decision = self.mode.decide(response)
+        await self.reporter.llm_output(self.ctx.agent_id, response, phase="tool_loop")
+        state.response = response
+        state.stage = Stage.DECIDED
+
+    async def _decide(self) -> None:
+        decision = progress.decision_of(self.state)
         await self.reporter.thinking(
-            agent_id, iteration, "done", decision.reasoning, decision.next_action
+            self.ctx.agent_id,
+            self.state.iteration,
+            "done",
+            decision.reasoning,
+            decision.next_action,
         )
-        if self.budget.exhausted:
-            # Spent by this call or, in a team, by another agent's meanwhile.
-            return await self._end_over_budget(decision)
-        if decision.parse_failed:
-            return await self._parse_failed(decision, response)
-        self.reformat_pending = False
-        self.mode.record_assistant(self.conversation, response)
-        interrupted = self.mode.drains_after_assistant and await self._take_interrupts()
-        if not decision.calls:
-            return await self._final_answer(decision, interrupted)
-        await self.agent.control.checkpoint("tool_batch", self.reporter)
-        outcomes = await self.runner.run_batch(iteration, decision.calls)
-        self.mode.record_results(self.conversation, decision.calls, outcomes)
-        for call, outcome in zip(decision.calls, outcomes, strict=True):
-            self.result.steps.append(ToolStep(iteration, call.name, call.arguments_json, outcome))
-            warning = self.cycles.observe(call.name, call.arguments_json)
-            if warning:
-                await self._inject("cycle_warning", warning, tool_name=call.name)
-        reflection = self.reflection.after_tool_calls(len(decision.calls))
-        if reflection:
-            await self._inject("self_reflection", reflection, tool_calls=len(self.result.steps))
-        if not self.mode.drains_after_assistant:
-            await self._take_interrupts()
-        return False
+        progress.settle(self.state, decision)
 
-    async def _final_answer(self, decision: Decision, interrupted: bool) -> bool:
+    async def _act(self) -> None:
+        interrupted = await self._take_interrupts()
+        progress.act(self.state, progress.decision_of(self.state), interrupted, self.max_iterations)
+
+    async def _final(self) -> None:
         # A pending answer gives way to follow-ups that arrived meanwhile.
-        if interrupted or (not self.mode.drains_after_assistant and await self._take_interrupts()):
-            return False
-        checklist = self.checklist.before_final_answer(len(self.result.steps))
+        state = self.state
+        if await self._take_interrupts():
+            progress.next_iteration(state, self.max_iterations)
+            return
+        checklist = state.checklist.before_final_answer(len(state.steps))
         if checklist:
-            await self._inject("completion_check", checklist, tool_calls=len(self.result.steps))
-            return False
-        self.result.answer = decision.answer
-        return True
+            await self._inject(
+                Injection("completion_check", checklist, {"tool_calls": len(state.steps)})
+            )
+            progress.next_iteration(state, self.max_iterations)
+            return
+        progress.final_answer(state, progress.decision_of(state))
 
-    async def _parse_failed(self, decision: Decision, response: ChatResult) -> bool:
-        """JSON mode: one reformat request; a second unparsable reply is the answer as is."""
-        if self.reformat_pending:
-            self.result.answer = decision.answer
-            return True
-        self.reformat_pending = True
-        self.mode.record_parse_failure(self.conversation, response)
+    async def _tools(self) -> None:
+        await self.agent.control.checkpoint("tool_batch", self.reporter)
+        decision = progress.decision_of(self.state)
+        await self.runner.run_batch(self.state.iteration, decision.calls, self.state)
+        progress.finish_batch(self.state, decision)
+
+    async def _inject_pending(self) -> None:
+        while self.state.injections:
+            await self._report(self.state.injections[0])
+            progress.made(self.state)
+        progress.after_injections(self.state, self.max_iterations)
+
+    async def _interrupts(self) -> None:
         await self._take_interrupts()
-        return False
-
-    async def _end_over_budget(self, decision: Decision | None) -> bool:
-        final = decision is not None and not decision.calls and not decision.parse_failed
-        draft = decision.answer if decision is not None and final else ""
-        self.result.budget_exceeded = True
-        self.result.answer = budget_answer(self.result.steps, self.budget.budget, draft)
-        return True
+        progress.next_iteration(self.state, self.max_iterations)
 
     async def _account(self, usage: TokenUsage) -> None:
-        self.result.usage += usage
-        self.agent.usage = self.result.usage
-        await spend(self.budget, usage.total_tokens, self.reporter, self.ctx.agent_id)
+        self.state.usage += usage
+        await spend(self.state.budget, usage.total_tokens, self.reporter, self.ctx.agent_id)
 
     async def _fit_context(self) -> None:
+        state = self.state
         situation = Situation(
-            json_mode=not self.agent.native_mode,
-            tool_calls=len(self.result.steps),
-            interrupted=self.result.interrupted,
+            json_mode=not state.native,
+            tool_calls=len(state.steps),
+            interrupted=state.interrupted,
         )
-        compaction = await self.guard.fit(self.conversation, self.schemas, situation)
+        compaction = await self.guard.fit(state.conversation, self.schemas, situation)
         if compaction is None:
             return
         if compaction.summary_call is not None:
@@ -255,20 +289,24 @@ class _RunLoop:
             compaction.kept_messages,
             compaction.tokens_before,
             compaction.tokens_after,
+            compaction.entries,
         )
 
     async def _take_interrupts(self) -> bool:
-        merged = self.agent.inbox.drain()
-        if merged is None:
+        follow_ups = self.agent.inbox.drain()
+        if follow_ups is None:
             return False
-        self.result.interrupted = True
-        await self._inject("interrupt", merged, pinned=True)
+        await self._inject(progress.interrupt(follow_ups))
         return True
 
-    async def _inject(
-        self, kind: str, text: str, *, pinned: bool = False, **details: object
-    ) -> None:
-        self.conversation.add_user(text, pinned=pinned)
+    async def _inject(self, injection: Injection) -> None:
+        await self._report(injection)
+        progress.add(self.state, injection)
+
+    async def _report(self, injection: Injection) -> None:
+        kind = injection.kind
         await self.reporter.status_update(
-            self.ctx.agent_id, f"Injected {kind.replace('_', ' ')}", {"kind": kind, **details}
+            self.ctx.agent_id,
+            f"Injected {kind.replace('_', ' ')}",
+            {"kind": kind, **injection.details, "text": injection.text},
         )

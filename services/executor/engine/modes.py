@@ -36,6 +36,12 @@ class ToolRequest:
     arguments_json: str
 
 
+def call_id(agent_id: str, iteration: int, index: int) -> str:
+    """Shuttle's own id of a tool call: the same for a model call re-issued after a takeover,
+    so the tools service's ledger answers the repeat instead of running the tool again."""
+    return f"{agent_id}.{iteration}.{index}"
+
+
 @dataclass(frozen=True)
 class Decision:
     calls: tuple[ToolRequest, ...]
@@ -61,9 +67,11 @@ class Mode(Protocol):
 
     def tool_schemas(self, tools: Sequence[ToolDefinition]) -> list[ToolSchema]: ...
 
-    def decide(self, response: ChatResult) -> Decision: ...
+    def decide(self, response: ChatResult, agent_id: str, iteration: int) -> Decision: ...
 
-    def record_assistant(self, conversation: Conversation, response: ChatResult) -> None: ...
+    def record_assistant(
+        self, conversation: Conversation, response: ChatResult, decision: Decision
+    ) -> None: ...
 
     def record_parse_failure(self, conversation: Conversation, response: ChatResult) -> None: ...
 
@@ -85,21 +93,28 @@ class NativeMode:
     def tool_schemas(self, tools: Sequence[ToolDefinition]) -> list[ToolSchema]:
         return [d.as_openai_tool() for d in tools]
 
-    def decide(self, response: ChatResult) -> Decision:
-        calls = tuple(ToolRequest(c.id, c.name, c.arguments) for c in response.tool_calls)
+    def decide(self, response: ChatResult, agent_id: str, iteration: int) -> Decision:
+        calls = tuple(
+            ToolRequest(call_id(agent_id, iteration, index), c.name, c.arguments)
+            for index, c in enumerate(response.tool_calls)
+        )
         reasoning = response.content or response.reasoning_content
         return Decision(calls, "" if calls else response.content, reasoning)
 
-    def record_assistant(self, conversation: Conversation, response: ChatResult) -> None:
+    def record_assistant(
+        self, conversation: Conversation, response: ChatResult, decision: Decision
+    ) -> None:
+        # The model's own ids stay on LLM_OUTPUT: the conversation carries Shuttle's, which a
+        # re-issued model call reproduces.
         message: Message = {"role": "assistant", "content": response.content or None}
-        if response.tool_calls:
+        if decision.calls:
             message["tool_calls"] = [
                 {
-                    "id": call.id,
+                    "id": call.call_id,
                     "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
+                    "function": {"name": call.name, "arguments": call.arguments_json},
                 }
-                for call in response.tool_calls
+                for call in decision.calls
             ]
         else:
             message["content"] = response.content
@@ -128,27 +143,25 @@ class JsonMode:
     name = "json"
     drains_after_assistant = True
 
-    def __init__(self) -> None:
-        self._calls = 0
-
     def system_prompt(self, tools: Sequence[ToolDefinition]) -> str:
         return system_prompt(tools)
 
     def tool_schemas(self, tools: Sequence[ToolDefinition]) -> list[ToolSchema]:
         return []
 
-    def decide(self, response: ChatResult) -> Decision:
+    def decide(self, response: ChatResult, agent_id: str, iteration: int) -> Decision:
         action = parse_action(response.content)
         if action is None:
             return Decision((), response.content, response.reasoning_content, parse_failed=True)
         reasoning = action.reasoning or response.reasoning_content
         if action.type == "final_answer":
             return Decision((), action.answer, reasoning)
-        self._calls += 1
-        call = ToolRequest(f"call_json_{self._calls}", action.tool_name, action.arguments_json)
+        call = ToolRequest(call_id(agent_id, iteration, 0), action.tool_name, action.arguments_json)
         return Decision((call,), "", reasoning)
 
-    def record_assistant(self, conversation: Conversation, response: ChatResult) -> None:
+    def record_assistant(
+        self, conversation: Conversation, response: ChatResult, decision: Decision
+    ) -> None:
         conversation.add({"role": "assistant", "content": response.content})
 
     def record_parse_failure(self, conversation: Conversation, response: ChatResult) -> None:

@@ -1,13 +1,18 @@
-"""Runs one response's tool calls concurrently and reports each as it starts and ends."""
+"""Runs one response's tool calls concurrently and reports each as it starts and ends.
+
+A batch taken over part-way runs only what has no outcome on the log yet: a call whose
+TOOL_INVOKED is out already is not announced again, and is sent again under its call id,
+which the tools service's ledger answers with the first run's outcome."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 from services.executor.engine.modes import ToolRequest
-from services.executor.engine.state import RunContext
+from services.executor.engine.state import LoopState, RunContext
 from services.executor.log.reporter import RunReporter
 from services.executor.ports import ToolPort
 from shuttle.tool_calls import ToolCall, ToolOutcome
@@ -30,20 +35,28 @@ class ToolRunner:
         self._offered = set(offered)
         self._timeout = timeout_seconds
 
-    async def run_batch(self, iteration: int, calls: Sequence[ToolRequest]) -> list[ToolOutcome]:
-        """Outcomes in the order of `calls`."""
-        if len(calls) == 1:
-            return [await self._run(iteration, calls[0])]
-        return list(await asyncio.gather(*(self._run(iteration, c) for c in calls)))
+    async def run_batch(
+        self, iteration: int, calls: Sequence[ToolRequest], state: LoopState
+    ) -> None:
+        """Every call's outcome into `state.outcomes`."""
+        pending = [call for call in calls if call.call_id not in state.outcomes]
+        if len(pending) == 1:
+            await self._run(iteration, pending[0], state)
+        elif pending:
+            await asyncio.gather(*(self._run(iteration, call, state) for call in pending))
 
-    async def _run(self, iteration: int, call: ToolRequest) -> ToolOutcome:
+    async def _run(self, iteration: int, call: ToolRequest, state: LoopState) -> None:
         agent_id = self._ctx.agent_id
-        await self._reporter.tool_invoked(
-            agent_id, iteration, call.call_id, call.name, call.arguments_json, self._timeout
-        )
+        if call.call_id not in state.invoked:
+            await self._reporter.tool_invoked(
+                agent_id, iteration, call.call_id, call.name, call.arguments_json, self._timeout
+            )
+            state.invoked.add(call.call_id)
         outcome = await self._execute(call)
+        if outcome.call_id != call.call_id:
+            outcome = replace(outcome, call_id=call.call_id)
         await self._reporter.tool_observation(agent_id, iteration, call.call_id, call.name, outcome)
-        return outcome
+        state.outcomes[call.call_id] = outcome
 
     async def _execute(self, call: ToolRequest) -> ToolOutcome:
         if call.name not in self._offered:

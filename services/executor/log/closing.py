@@ -4,6 +4,8 @@ STREAM_END, so that every subscriber learns the run is over and why."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from services.executor.log.emitter import EmitterFailed
 from services.executor.log.reporter import RunReporter
@@ -13,12 +15,18 @@ from shuttle.metrics import RUNS_FINISHED
 log = logging.getLogger("services.executor.runs")
 
 
-async def fail(reporter: RunReporter, workflow_id: str, error_type: str, message: str) -> None:
+async def fail(
+    reporter: RunReporter,
+    workflow_id: str,
+    error_type: str,
+    message: str,
+    extra: Mapping[str, Any] | None = None,
+) -> None:
     """End the log with a fatal ERROR_OCCURRED naming `error_type`, then STREAM_END."""
     RUNS_FINISHED.labels("failed").inc()
     log.warning("run failed: %s", message, extra={"error_type": error_type})
     try:
-        await reporter.error(error_type, message, fatal=True)
+        await reporter.error(error_type, message, fatal=True, extra=extra)
     except Exception:
         log.exception("could not record the failure", extra={"workflow_id": workflow_id})
     await close(reporter, workflow_id)

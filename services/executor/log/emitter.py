@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 
 from services.executor.ports import EventSink
-from shuttle.workflow_log import EventDraft, LogClosed, LogUnavailable
+from shuttle.workflow_log import EventDraft, LogClosed, LogFenced, LogUnavailable
 
 # How far the queue may run ahead of the events service before `emit` waits for it.
 BACKLOG_BATCHES = 4
@@ -36,7 +36,12 @@ class EmitterFailed(Exception):
     @property
     def refused(self) -> bool:
         """The events service refused a batch of an open log: another may still be taken."""
-        return not isinstance(self.cause, LogUnavailable | LogClosed)
+        return not isinstance(self.cause, LogUnavailable | LogClosed | LogFenced)
+
+    @property
+    def fenced(self) -> bool:
+        """The run was taken over: it must stop without appending anything more."""
+        return isinstance(self.cause, LogFenced)
 
 
 class EventEmitter:

@@ -70,15 +70,26 @@ class RunReporter:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def workflow_started(
-        self, query: str, mode: str, session_id: str, estimated_complexity: float
+        self,
+        query: str,
+        mode: str,
+        session_id: str,
+        estimated_complexity: float,
+        executor: str = "",
     ) -> None:
+        """`executor`: the replica that runs it (whoever takes the run over names it)."""
         payload = {
             "query": query,
             "mode": mode,
             "session_id": session_id,
             "estimated_complexity": estimated_complexity,
+            "executor": executor,
         }
         await self._emit("WORKFLOW_STARTED", "Workflow started", payload)
+
+    async def recovered(self, message: str, payload: Mapping[str, Any]) -> None:
+        """ERROR_RECOVERY: the run goes on after a failure (`payload` names it)."""
+        await self._emit("ERROR_RECOVERY", message, payload)
 
     async def workflow_completed(
         self,
@@ -126,9 +137,26 @@ class RunReporter:
     # -- agent ------------------------------------------------------------------------------
 
     async def agent_started(
-        self, agent_id: str, role: str, subtask: str, tools: Sequence[str]
+        self,
+        agent_id: str,
+        role: str,
+        subtask: str,
+        tools: Sequence[str],
+        *,
+        prompt: str = "",
+        tool_mode: str = "",
     ) -> None:
-        payload = {"role": role, "subtask": subtask, "tools_available": list(tools)}
+        """`prompt`: what the agent is asked, when it is more than `subtask` (a DAG step's
+        prompt); `tool_mode`: native or json (a run taken over rebuilds the agent's state
+        from these)."""
+        payload: dict[str, Any] = {
+            "role": role,
+            "subtask": subtask,
+            "tools_available": list(tools),
+            "tool_mode": tool_mode,
+        }
+        if prompt:
+            payload["prompt"] = prompt
         await self._emit("AGENT_STARTED", "Agent started", payload, agent_id)
 
     async def agent_completed(
@@ -153,16 +181,20 @@ class RunReporter:
         await self._emit("AGENT_THINKING", message, payload, agent_id)
 
     async def llm_output(self, agent_id: str, result: ChatResult, phase: str) -> None:
+        # Exact cost and the calls' arguments: a run taken over rebuilds its conversation
+        # and its spending from these.
         payload = {
             "output": result.content,
             "model": result.model,
             "provider": result.provider,
             "usage": result.usage.as_payload(),
-            "cost_usd": round(result.usage.cost_usd, 6),
+            "cost_usd": result.usage.cost_usd,
             "duration_ms": result.duration_ms,
             "finish_reason": result.finish_reason,
             "phase": phase,
-            "tool_calls": [{"id": c.id, "name": c.name} for c in result.tool_calls],
+            "tool_calls": [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in result.tool_calls
+            ],
         }
         await self._emit("LLM_OUTPUT", "LLM output complete", payload, agent_id)
 
@@ -194,7 +226,7 @@ class RunReporter:
     ) -> None:
         # The whole observation goes to the log, which cuts the streamed copy at
         # 2,000 characters and keeps the full text for history (List full_results).
-        payload = {
+        payload: dict[str, Any] = {
             "tool_name": tool_name,
             "result": outcome.observation,
             "duration_ms": outcome.duration_ms,
@@ -204,6 +236,17 @@ class RunReporter:
             "error": outcome.error,
             "blocked": outcome.blocked,
         }
+        # The rest of the outcome only when there is any (the log sets `truncated` itself
+        # for a result it cuts, so whether the tool cut it is said apart).
+        if outcome.block_reason:
+            payload["block_reason"] = outcome.block_reason
+        if outcome.truncated:
+            payload["tool_truncated"] = True
+        if outcome.artifacts:
+            payload["artifacts"] = [
+                {"name": a.name, "mime_type": a.mime_type, "size_bytes": a.size_bytes, "uri": a.uri}
+                for a in outcome.artifacts
+            ]
         first_line = outcome.observation.strip().splitlines()[0] if outcome.observation else ""
         message = f"{tool_name}: {clip(first_line, 80)[0]}"
         await self._emit("TOOL_OBSERVATION", message, payload, agent_id)
@@ -226,7 +269,10 @@ class RunReporter:
         kept_messages: int,
         tokens_before: int,
         tokens_after: int,
+        entries: Sequence[int | Mapping[str, Any]],
     ) -> None:
+        """`entries`: the compacted conversation against the one before (indexes of the
+        messages kept, new messages whole), from which a run taken over rebuilds it."""
         payload = {
             "kind": "compact",
             "method": method,
@@ -234,6 +280,7 @@ class RunReporter:
             "kept_messages": kept_messages,
             "tokens_before": tokens_before,
             "tokens_after": tokens_after,
+            "entries": list(entries),
         }
         message = f"Context compacted: {original_messages} → {kept_messages} messages"
         await self._emit("WORKSPACE_UPDATED", message, payload, agent_id)

@@ -34,15 +34,17 @@ class BudgetReporter(Protocol):
     ) -> None: ...
 
 
+@dataclass
 class TokenBudget:
     """Tokens spent against a budget (0: no limit)."""
 
-    def __init__(self, budget: int, warn_percent: float) -> None:
-        self.budget = budget
-        self.warn_percent = warn_percent
-        self.spent = 0
-        self._warned = False
-        self._exhaustion_seen = False
+    budget: int
+    warn_percent: float
+    spent: int = 0
+    warned: bool = False
+    """The warning threshold has been reported."""
+    exhaustion_seen: bool = False
+    """The exhaustion has been reported."""
 
     @property
     def exhausted(self) -> bool:
@@ -52,10 +54,10 @@ class TokenBudget:
         self.spent += max(tokens, 0)
         if self.budget <= 0:
             return BudgetCheck()
-        warn = not self._warned and self.spent * 100 >= self.budget * self.warn_percent
-        self._warned = self._warned or warn
-        exhausted = self.exhausted and not self._exhaustion_seen
-        self._exhaustion_seen = self._exhaustion_seen or exhausted
+        warn = not self.warned and self.spent * 100 >= self.budget * self.warn_percent
+        self.warned = self.warned or warn
+        exhausted = self.exhausted and not self.exhaustion_seen
+        self.exhaustion_seen = self.exhaustion_seen or exhausted
         return BudgetCheck(warn=warn, exhausted=exhausted)
 
     def refusal(self) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 CHECKLIST_PROMPT = (
     "Before you finish, check your answer:\n"
     "1. Does it fully address the user's original question?\n"
@@ -11,16 +13,16 @@ CHECKLIST_PROMPT = (
 )
 
 
+@dataclass
 class CompletionChecklist:
     """Fires at most once per run, and only after `min_tools` tool calls."""
 
-    def __init__(self, enabled: bool, min_tools: int) -> None:
-        self._enabled = enabled
-        self._min_tools = min_tools
-        self._fired = False
+    enabled: bool
+    min_tools: int
+    fired: bool = False
 
     def before_final_answer(self, tool_calls: int) -> str | None:
-        if not self._enabled or self._fired or tool_calls < self._min_tools:
+        if not self.enabled or self.fired or tool_calls < self.min_tools:
             return None
-        self._fired = True
+        self.fired = True
         return CHECKLIST_PROMPT

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.executor.engine.conversation import Conversation, Entry
+from services.executor.engine.conversation import Conversation, Entry, Layout, layout
 from services.executor.engine.tokens import estimate_entries, estimate_tools
 from shuttle.llm.protocol import LLM, ChatResult, LLMError, Message, ToolSchema
 
@@ -57,6 +57,8 @@ class Compaction:
     kept_messages: int
     tokens_before: int
     tokens_after: int
+    entries: Layout
+    """The compacted conversation against the one before (see conversation.layout)."""
     summary_call: ChatResult | None = None
 
 
@@ -90,6 +92,7 @@ class ContextGuard:
                 entries, method = candidate, "summary"
         if method == "truncate":
             entries = self._truncate(entries, tool_tokens)
+        described = layout(conversation.entries, entries)
         conversation.replace(entries)
         return Compaction(
             method=method,
@@ -97,6 +100,7 @@ class ContextGuard:
             kept_messages=len(entries),
             tokens_before=before,
             tokens_after=estimate_entries(conversation.entries, tool_tokens),
+            entries=described,
             summary_call=summary_call,
         )
 

@@ -39,6 +39,8 @@ class RunControl:
     def __init__(self) -> None:
         self._pause_seq = 0
         self._resume_seq = 0
+        self._paused_seq = 0
+        """The latest WORKFLOW_PAUSED: a pause older than it has been reported already."""
         self._cancel_reason: str | None = None
         # Made when first waited on: most runs never pause, and a run that waits on its
         # model should hold no more than it needs.
@@ -50,6 +52,11 @@ class RunControl:
             self._pause_seq = max(self._pause_seq, seq)
         elif event_type == "WORKFLOW_RESUMED":
             self._resume_seq = max(self._resume_seq, seq)
+        elif event_type == "WORKFLOW_PAUSED":
+            # Read back from the log by a run taken over while paused: it stays paused
+            # without saying so twice.
+            self._paused_seq = max(self._paused_seq, seq)
+            return
         elif event_type == "WORKFLOW_CANCELLING" and self._cancel_reason is None:
             self._cancel_reason = reason or "cancelled by request"
             if self._cancelled is not None:
@@ -80,9 +87,12 @@ class RunControl:
         self._raise_if_cancelled(where)
         if not self.pause_requested:
             return
-        await reporter.workflow_paused(where)
-        await reporter.flush()
-        paused_at = reporter.last_seq
+        if self._paused_seq > self._pause_seq:
+            paused_at = self._paused_seq
+        else:
+            await reporter.workflow_paused(where)
+            await reporter.flush()
+            paused_at = self._paused_seq = reporter.last_seq
         while self.pause_requested and not self.cancel_requested:
             if self._changed is None:
                 self._changed = asyncio.Event()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from dataclasses import dataclass, field
 
 
 def call_key(tool_name: str, arguments_json: str) -> str:
@@ -16,21 +17,21 @@ def call_key(tool_name: str, arguments_json: str) -> str:
     return hashlib.sha256(f"{tool_name}\x00{canonical}".encode()).hexdigest()
 
 
+@dataclass
 class CycleDetector:
     """One per run, so the counts start from zero with every run."""
 
-    def __init__(self, threshold: int) -> None:
-        self._threshold = threshold
-        self._counts: Counter[str] = Counter()
+    threshold: int
+    counts: Counter[str] = field(default_factory=Counter)
 
     def observe(self, tool_name: str, arguments_json: str) -> str | None:
         """The warning to inject when this call has now been made `threshold` times or more."""
-        if self._threshold <= 0:
+        if self.threshold <= 0:
             return None
         key = call_key(tool_name, arguments_json)
-        self._counts[key] += 1
-        count = self._counts[key]
-        if count < self._threshold:
+        self.counts[key] += 1
+        count = self.counts[key]
+        if count < self.threshold:
             return None
         return (
             f"You have called `{tool_name}` with identical arguments {count} times. Calling it "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 REFLECTION_PROMPT = (
     "Pause and reflect before your next step. Are you still on course for the user's original "
     "goal? Are you repeating similar actions or going in circles? What is the most direct next "
@@ -9,17 +11,17 @@ REFLECTION_PROMPT = (
 )
 
 
+@dataclass
 class SelfReflection:
     """Counts only real tool calls: parse retries, thinking and interrupts do not count."""
 
-    def __init__(self, interval: int) -> None:
-        self._interval = interval
-        self._calls = 0
+    interval: int
+    calls: int = 0
 
     def after_tool_calls(self, count: int) -> str | None:
         """The prompt to inject once this batch of `count` calls crosses a multiple of N."""
-        if self._interval <= 0 or count <= 0:
+        if self.interval <= 0 or count <= 0:
             return None
-        before = self._calls // self._interval
-        self._calls += count
-        return REFLECTION_PROMPT if self._calls // self._interval > before else None
+        before = self.calls // self.interval
+        self.calls += count
+        return REFLECTION_PROMPT if self.calls // self.interval > before else None
