@@ -47,6 +47,7 @@ ORPHAN_SECONDS = 2.0
 # minute past them is hanging, not slow.
 STREAMS_END_WITHIN_SECONDS = LEASE_SECONDS + ORPHAN_SECONDS + SWEEP_SECONDS + 60
 HELD_AFTER_TOOL_RESULTS = 1
+TOOL_STEPS = ChaosModel().tool_steps
 
 
 class HoldingModel(ScriptedOpenAI):
@@ -172,11 +173,20 @@ async def test_runs_of_a_killed_executor_resume_on_another(
         assert [e["type"] for e in log][-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
         (resumed,) = [e["payload"] for e in log if is_resumption(e)]
         assert resumed["error_type"] == "EXECUTOR_LOST", resumed
-        question = log[0]["payload"]["query"]
-        # The answer the model gives a run that went through undisturbed.
-        assert log[-2]["payload"]["result"] == f"Answer to {question}: {words}."
         results = [e["payload"]["result"] for e in log if e["type"] == "TOOL_OBSERVATION"]
-        assert results == [str(7 * n) for n in range(1, len(results) + 1)], results
+        assert results == [str(7 * n) for n in range(1, TOOL_STEPS + 1)], results
+        # The answer the model gives a run that went through undisturbed: it echoes the
+        # synthesis prompt, so a step lost or taken twice would show in it.
+        steps = "\n".join(
+            f'{n}. calculator({{"expression": "{n}*7"}}) → {7 * n}'
+            for n in range(1, TOOL_STEPS + 1)
+        )
+        prompt = (
+            f"Question: {log[0]['payload']['query']}\n\nSteps taken:\n{steps}\n\n"
+            f"Draft answer from the agent:\nDone after {TOOL_STEPS} calculations.\n\n"
+            "Write the final answer."
+        )
+        assert log[-2]["payload"]["result"] == f"Answer to {prompt}: {words}."
         assert tasks[workflow_id]["status"] == "completed", tasks[workflow_id]
 
 
