@@ -1,4 +1,5 @@
-"""Forgetting workflows: what the tool host keeps for them (workspaces, audit, approvals).
+"""Forgetting workflows: what the tool host keeps for them (workspaces, audit, approvals,
+the call ledger).
 
 The tools service is the only one touching its files and tables, so whoever deletes a
 workflow elsewhere (a session's owner) asks this service to delete its part.
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.tools.db import tool_approvals, tool_audit
+from services.tools.db import tool_approvals, tool_audit, tool_ledger
 from services.tools.hooks.chain import HookChain
 from services.tools.workspace import Workspaces
 
@@ -36,15 +37,16 @@ class WorkflowDataCleaner:
         self._hooks = hooks
 
     async def forget(self, tenant_id: str, workflow_ids: Collection[str]) -> Forgotten:
-        """Delete the tenant's workspaces, audit records and approvals of these workflows;
-        rows and directories are keyed by tenant, so another tenant's are never reached."""
+        """Delete the tenant's workspaces, audit records, approvals and ledger rows of these
+        workflows; rows and directories are keyed by tenant, so another tenant's are never
+        reached."""
         records = 0
         if self._hooks is not None:
             # Audit rows still queued would otherwise land after the delete.
             await self._hooks.drain()
         if self._engine is not None and workflow_ids:
             async with self._engine.begin() as conn:
-                for table in (tool_audit, tool_approvals):
+                for table in (tool_audit, tool_approvals, tool_ledger):
                     result = await conn.execute(
                         delete(table).where(
                             table.c.tenant_id == tenant_id,

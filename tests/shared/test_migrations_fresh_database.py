@@ -28,7 +28,7 @@ REPLICAS_EACH = 4
 COMPONENTS = {
     "services.events.migrate": (EVENTS, "0003"),
     "gateway.stores.db": (GATEWAY, "0001"),
-    "services.tools.db": (TOOLS, "0001"),
+    "services.tools.db": (TOOLS, "0002"),
 }
 # One replica's start-up: its component's migrations, once every replica is loaded.
 REPLICA = """
