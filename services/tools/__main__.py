@@ -21,7 +21,8 @@ from services.tools.event_log import GrpcWorkflowLog
 from services.tools.grpc_api import CALLER_ROLES, SERVICE_NAME, ToolServiceServicer
 from services.tools.hooks.config import HooksConfigError, build_chain, load_hooks_config
 from services.tools.host import ToolHost
-from services.tools.ledger import CallLedger, LedgerRetention
+from services.tools.ledger import LedgerRetention
+from services.tools.ledger_storage import open_ledger
 from services.tools.netguard import AddressPolicy
 from services.tools.providers.loader import load_providers
 from services.tools.recorded import RecordedCalls
@@ -143,7 +144,7 @@ async def build(settings: Settings) -> GrpcService:
         artifacts=ArtifactStore(config.workspaces),
     )
 
-    ledger = CallLedger(engine, writes)
+    ledger, close_ledger = await open_ledger(engine, writes)
     recorded = RecordedCalls(host, ledger)
     retention = LedgerRetention(ledger, settings.tool_ledger_retention_hours)
     retention.start()
@@ -164,13 +165,14 @@ async def build(settings: Settings) -> GrpcService:
             finish_calls,
             retention.stop,
             chain.drain,
+            close_ledger,
             writes.close,
             providers.close,
             events_channel.close,
             close_buckets,
             engine.dispose,
         ],
-        cleaner=WorkflowDataCleaner(config.workspaces, engine, chain),
+        cleaner=WorkflowDataCleaner(config.workspaces, engine, chain, ledger),
         auth=auth,
         recorded=recorded,
     )

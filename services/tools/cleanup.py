@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.tools.db import tool_approvals, tool_audit, tool_ledger
+from services.tools.db import tool_approvals, tool_audit
 from services.tools.hooks.chain import HookChain
+from services.tools.ledger import CallLedger
 from services.tools.workspace import Workspaces
 
 
@@ -31,10 +32,12 @@ class WorkflowDataCleaner:
         workspaces: Workspaces | None,
         engine: AsyncEngine | None,
         hooks: HookChain | None = None,
+        ledger: CallLedger | None = None,
     ) -> None:
         self._workspaces = workspaces
         self._engine = engine
         self._hooks = hooks
+        self._ledger = ledger
 
     async def forget(self, tenant_id: str, workflow_ids: Collection[str]) -> Forgotten:
         """Delete the tenant's workspaces, audit records, approvals and ledger rows of these
@@ -46,7 +49,7 @@ class WorkflowDataCleaner:
             await self._hooks.drain()
         if self._engine is not None and workflow_ids:
             async with self._engine.begin() as conn:
-                for table in (tool_audit, tool_approvals, tool_ledger):
+                for table in (tool_audit, tool_approvals):
                     result = await conn.execute(
                         delete(table).where(
                             table.c.tenant_id == tenant_id,
@@ -54,6 +57,8 @@ class WorkflowDataCleaner:
                         )
                     )
                     records += result.rowcount or 0
+        if self._ledger is not None and workflow_ids:
+            records += await self._ledger.forget(tenant_id, workflow_ids)
         removed = 0
         if self._workspaces is not None:
             workspaces = self._workspaces

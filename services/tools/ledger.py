@@ -15,12 +15,12 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, Executable, bindparam, delete, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -75,8 +75,24 @@ class LedgerEntry:
     """Set once the call is done."""
 
 
-def _key(call: ToolCall) -> list[Any]:
-    return [tool_ledger.c.workflow_id == call.workflow_id, tool_ledger.c.call_id == call.call_id]
+def _key(call: ToolCall) -> dict[str, str]:
+    return {"key_workflow_id": call.workflow_id, "key_call_id": call.call_id}
+
+
+# Built once: a statement made per call cost more CPU (building, then keying it for the
+# compiled cache) than running it. UPDATE sets the columns its parameters name.
+_ROW = (
+    tool_ledger.c.workflow_id == bindparam("key_workflow_id"),
+    tool_ledger.c.call_id == bindparam("key_call_id"),
+)
+_RUNNING_ROW = (*_ROW, tool_ledger.c.state == bindparam("key_state"))
+_INSERT = tool_ledger.insert()
+_FINISH = update(tool_ledger).where(*_RUNNING_ROW)
+_TAKE_OVER = update(tool_ledger).where(
+    *_RUNNING_ROW, tool_ledger.c.attempt == bindparam("key_attempt")
+)
+_GET = select(tool_ledger).where(*_ROW)
+_PURGE = delete(tool_ledger).where(tool_ledger.c.started_at < bindparam("older_than"))
 
 
 def _artifacts_json(outcome: ToolOutcome) -> str:
@@ -112,24 +128,25 @@ def _entry(row: Row[Any]) -> LedgerEntry:
     )
 
 
-def _insert(conn: Connection, values: dict[str, Any]) -> None:
-    conn.execute(tool_ledger.insert().values(**values))
-
-
-def _update(conn: Connection, where: list[Any], values: dict[str, Any]) -> int:
-    return conn.execute(update(tool_ledger).where(*where).values(**values)).rowcount or 0
-
-
-def _delete_older(conn: Connection, older_than: datetime) -> int:
-    return conn.execute(delete(tool_ledger).where(tool_ledger.c.started_at < older_than)).rowcount
+def _execute(conn: Connection, statement: Executable, parameters: dict[str, Any]) -> int:
+    """Rows the statement touched."""
+    return conn.execute(statement, parameters).rowcount
 
 
 class CallLedger:
     """The ledger's rows; SQLAlchemy errors pass through (callers decide what they mean)."""
 
-    def __init__(self, engine: AsyncEngine, writes: WriteTransactions) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        writes: WriteTransactions,
+        call_writes: WriteTransactions | None = None,
+    ) -> None:
+        """`call_writes`, when given, runs the statements of each call (one row each);
+        `writes` the rest (the purge)."""
         self._engine = engine
         self._writes = writes
+        self._call_writes = call_writes or writes
 
     async def start(
         self, call: ToolCall, fingerprint: Fingerprint, replica: str, now: datetime
@@ -154,24 +171,28 @@ class CallLedger:
             "artifacts_json": "[]",
             "duration_ms": 0,
         }
-        await self._writes.write(_insert, values)
+        await self._call_writes.write(_execute, _INSERT, values)
 
     async def take_over(
         self, call: ToolCall, stale: LedgerEntry, replica: str, now: datetime
     ) -> bool:
         """Make a running row `replica`'s if it is still the attempt `stale` saw: of several
         replicas taking over at once, exactly one wins."""
-        where = [
-            *_key(call),
-            tool_ledger.c.state == RUNNING,
-            tool_ledger.c.attempt == stale.attempt,
-        ]
-        values = {"replica": replica, "attempt": stale.attempt + 1, "started_at": now}
-        return await self._writes.write(_update, where, values) == 1
+        parameters = {
+            **_key(call),
+            "key_state": RUNNING,
+            "key_attempt": stale.attempt,
+            "replica": replica,
+            "attempt": stale.attempt + 1,
+            "started_at": now,
+        }
+        return await self._call_writes.write(_execute, _TAKE_OVER, parameters) == 1
 
     async def finish(self, call: ToolCall, outcome: ToolOutcome, now: datetime) -> None:
         """Record the outcome; the first attempt to finish is the one recorded."""
-        values = {
+        parameters = {
+            **_key(call),
+            "key_state": RUNNING,
             "state": DONE,
             "finished_at": now,
             "observation": outcome.observation,
@@ -182,16 +203,23 @@ class CallLedger:
             "artifacts_json": _artifacts_json(outcome),
             "duration_ms": outcome.duration_ms,
         }
-        await self._writes.write(_update, [*_key(call), tool_ledger.c.state == RUNNING], values)
+        await self._call_writes.write(_execute, _FINISH, parameters)
 
     async def get(self, call: ToolCall) -> LedgerEntry | None:
         async with self._engine.connect() as conn:
-            row = (await conn.execute(select(tool_ledger).where(*_key(call)))).first()
+            row = (await conn.execute(_GET, _key(call))).first()
         return None if row is None else _entry(row)
+
+    async def forget(self, tenant_id: str, workflow_ids: Collection[str]) -> int:
+        """Delete the tenant's rows of these workflows."""
+        statement = delete(tool_ledger).where(
+            tool_ledger.c.tenant_id == tenant_id, tool_ledger.c.workflow_id.in_(list(workflow_ids))
+        )
+        return await self._writes.write(_execute, statement, {})
 
     async def purge(self, older_than: datetime) -> int:
         """Delete the rows of calls started before `older_than`."""
-        return await self._writes.write(_delete_older, older_than)
+        return await self._writes.write(_execute, _PURGE, {"older_than": older_than})
 
 
 class LedgerRetention:

@@ -183,6 +183,11 @@ class RecordedCalls:
         return outcome
 
     async def _record(self, call: ToolCall, outcome: ToolOutcome) -> None:
+        try:
+            await self._ledger.finish(call, outcome, self._clock())
+            return
+        except SQLAlchemyError as exc:
+            log.warning("could not record a tool call's outcome; retrying", exc_info=exc)
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(SQLAlchemyError),
             wait=wait_exponential(multiplier=0.05, max=1.0),

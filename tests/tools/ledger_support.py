@@ -22,6 +22,7 @@ from services.tools.context import safe_segment
 from services.tools.db import create_schema
 from services.tools.host import ToolHost
 from services.tools.ledger import CallLedger, LedgerEntry
+from services.tools.ledger_storage import open_ledger
 from services.tools.recorded import RecordedCalls
 from services.tools.workspace import Workspaces
 from shuttle.sql_transactions import EngineWrites, writes_for
@@ -97,8 +98,12 @@ def stub_for(channel: grpc.aio.Channel) -> ToolServiceAsyncStub:
     return tools_pb2_grpc.ToolServiceStub(channel)
 
 
-async def ledger_entry(engine: AsyncEngine, call_id: str = "c1") -> LedgerEntry | None:
-    ledger = CallLedger(engine, EngineWrites(engine))  # reads only: no writer thread
+def reading(engine: AsyncEngine) -> CallLedger:
+    """A ledger on `engine` for reading rows (it starts no writer thread)."""
+    return CallLedger(engine, EngineWrites(engine))
+
+
+async def ledger_entry(ledger: CallLedger, call_id: str = "c1") -> LedgerEntry | None:
     return await ledger.get(ToolCall(tool_name="", workflow_id=WORKFLOW, call_id=call_id))
 
 
@@ -106,6 +111,7 @@ async def ledger_entry(engine: AsyncEngine, call_id: str = "c1") -> LedgerEntry 
 class Replica:
     port: int
     recorded: RecordedCalls
+    ledger: CallLedger
 
     def channel(self) -> grpc.aio.Channel:
         return grpc.aio.insecure_channel(f"127.0.0.1:{self.port}")
@@ -119,12 +125,15 @@ async def ledger_server(
     await create_schema(engine)
     host = ToolHost(registry)
     writes = writes_for(engine)
-    recorded = RecordedCalls(host, CallLedger(engine, writes), replica=replica)
+    ledger, close_ledger = await open_ledger(engine, writes)  # as the service opens it
+    recorded = RecordedCalls(host, ledger, replica=replica)
     service = service_for(
-        host, recorded=recorded, on_stop=[partial(recorded.close, 10.0), writes.close]
+        host,
+        recorded=recorded,
+        on_stop=[partial(recorded.close, 10.0), close_ledger, writes.close],
     )
     port = await service.start("127.0.0.1", 0)
     try:
-        yield Replica(port, recorded)
+        yield Replica(port, recorded, ledger)
     finally:
         await service.stop(grace=0)

@@ -16,10 +16,10 @@ from sqlalchemy import select
 
 from services.tools.__main__ import build
 from services.tools.db import tool_ledger
-from services.tools.ledger import CallLedger, LedgerRetention, arguments_hash
+from services.tools.ledger import LedgerRetention, arguments_hash
+from services.tools.ledger_storage import ledger_url
 from shuttle.db import create_engine
 from shuttle.settings import Settings
-from shuttle.sql_transactions import EngineWrites
 from shuttle.v1 import tools_pb2
 from tests.tools.ledger_support import (
     TENANT,
@@ -27,6 +27,7 @@ from tests.tools.ledger_support import (
     append,
     ledger_entry,
     logged_lines,
+    reading,
     request,
     stub_for,
 )
@@ -81,9 +82,9 @@ async def test_a_repeat_gets_the_recorded_outcome_and_the_tool_runs_once(
     await stub.Execute(append("two", call_id="c2"))
     assert logged_lines(settings.workspace_root) == ["one", "two"]
 
-    engine = create_engine(settings.sqlalchemy_url)
+    engine = create_engine(ledger_url(settings.sqlalchemy_url))
     try:
-        entry = await ledger_entry(engine)
+        entry = await ledger_entry(reading(engine))
     finally:
         await engine.dispose()
     assert entry is not None and entry.state == "done" and entry.attempt == 1
@@ -144,7 +145,7 @@ async def test_a_row_its_replica_left_running_is_taken_over(settings: Settings) 
     async with serving(settings) as stub:
         await stub.Execute(request("calculator", {"expression": "1"}, "warm-up"))
         # What a replica killed mid-call leaves: a running row, long past its time.
-        engine = create_engine(settings.sqlalchemy_url)
+        engine = create_engine(ledger_url(settings.sqlalchemy_url))
         try:
             started = datetime.now(UTC) - timedelta(hours=1)
             hashed = arguments_hash(append("one").arguments_json)
@@ -158,7 +159,7 @@ async def test_a_row_its_replica_left_running_is_taken_over(settings: Settings) 
             reply = await stub.Execute(append("one"))
             assert reply.error == "", reply.observation
             assert await stub.Execute(append("one")) == reply
-            entry = await ledger_entry(engine)
+            entry = await ledger_entry(reading(engine))
         finally:
             await engine.dispose()
     assert entry is not None and (entry.state, entry.attempt) == ("done", 2)
@@ -175,7 +176,7 @@ async def test_forgetting_a_workflow_deletes_its_record(
         tools_pb2.DeleteWorkflowDataRequest(tenant_id=TENANT, workflow_ids=[WORKFLOW, "wf-other"])
     )
     assert forgotten.records_deleted >= 1
-    engine = create_engine(settings.sqlalchemy_url)
+    engine = create_engine(ledger_url(settings.sqlalchemy_url))
     try:
         async with engine.connect() as conn:
             rows = (await conn.execute(select(tool_ledger.c.tenant_id))).all()
@@ -191,14 +192,25 @@ async def test_rows_past_the_retention_are_purged(
     stub: ToolServiceAsyncStub, settings: Settings
 ) -> None:
     await stub.Execute(append("one"))
-    engine = create_engine(settings.sqlalchemy_url)
-    ledger = CallLedger(engine, EngineWrites(engine))
+    engine = create_engine(ledger_url(settings.sqlalchemy_url))
+    ledger = reading(engine)
     try:
         now = datetime.now(UTC)
         kept = LedgerRetention(ledger, retention_hours=1, clock=lambda: now)
         assert await kept.run_once() == 0
         later = LedgerRetention(ledger, retention_hours=1, clock=lambda: now + timedelta(hours=2))
         assert await later.run_once() == 1
-        assert await ledger_entry(engine) is None
+        assert await ledger_entry(ledger) is None
     finally:
         await engine.dispose()
+
+
+def test_a_sqlite_databases_ledger_is_a_file_beside_it() -> None:
+    assert ledger_url("sqlite+aiosqlite:////srv/var/shuttle.db") == (
+        "sqlite+aiosqlite:////srv/var/shuttle-tool-ledger.db"
+    )
+    assert (
+        ledger_url("sqlite+aiosqlite:///var/data") == "sqlite+aiosqlite:///var/data-tool-ledger.db"
+    )
+    for shared in ("sqlite+aiosqlite://", "postgresql+asyncpg://u@db:5432/shuttle"):
+        assert ledger_url(shared) == shared

@@ -1,11 +1,12 @@
 """Repeats of a call still running on the same tools server: they wait for it; a caller
 that goes away leaves it running and its outcome recorded; a ledger it cannot write keeps
-the call from running."""
+the call from running; a SQLite file another writer holds only delays the record."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.tools.ledger_storage import ledger_url
 from shuttle.db import create_engine
+from shuttle.sql_transactions import engine_url
 from tests.tools.ledger_support import (
     Held,
     append,
@@ -92,7 +95,7 @@ async def test_a_caller_going_away_does_not_stop_the_call(
         async with replica.channel() as again:
             reply = await stub_for(again).Execute(request("held", NOTE))
         assert reply.observation == "held call: run #1"
-        entry = await ledger_entry(engine)
+        entry = await ledger_entry(replica.ledger)
     assert entry is not None and entry.state == "done"
     assert held.runs == 1
 
@@ -104,10 +107,37 @@ async def test_a_ledger_that_cannot_be_written_keeps_the_call_from_running(
         ledger_server(engine, registry_with(tmp_path / "ws")) as replica,
         replica.channel() as channel,
     ):
-        async with engine.begin() as conn:
+        ledger_engine = create_engine(ledger_url(engine_url(engine)))
+        async with ledger_engine.begin() as conn:
             await conn.execute(text("DROP TABLE tool_ledger"))
+        await ledger_engine.dispose()
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub_for(channel).Execute(append("one"))
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
         assert "'file_ops' was not run" in (caught.value.details() or "")
     assert logged_lines(tmp_path / "ws") == []
+
+
+async def test_a_file_another_writer_holds_sends_the_record_to_the_writer_thread(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    async with (
+        ledger_server(engine, registry_with(tmp_path / "ws")) as replica,
+        replica.channel() as channel,
+    ):
+        # Another writer's transaction (another replica's, the purge). Recorded in place
+        # with a busy wait, the call would block the event loop, and this test, for good.
+        holder = sqlite3.connect(tmp_path / "tools-tool-ledger.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            pending = asyncio.ensure_future(stub_for(channel).Execute(append("one")))
+            await asyncio.sleep(0.3)
+            assert not pending.done()  # waiting its turn on the writer thread, not failing
+        finally:
+            holder.execute("COMMIT")
+            holder.close()
+        reply = await pending
+        assert reply.error == "", reply.observation
+        entry = await ledger_entry(replica.ledger)
+    assert entry is not None and entry.state == "done"
+    assert logged_lines(tmp_path / "ws") == ["one"]

@@ -22,6 +22,7 @@ from tests.tools.ledger_support import (
     ledger_entry,
     ledger_server,
     logged_lines,
+    reading,
     registry_with,
     request,
     stub_for,
@@ -65,7 +66,7 @@ async def test_a_repeat_on_another_replica_waits_for_the_first(
         outcome = await repeat
     assert outcome.observation == "held call: run #1"
     assert held.runs == 1
-    entry = await ledger_entry(engines())
+    entry = await ledger_entry(reading(engines()))
     assert entry is not None and (entry.state, entry.replica) == ("done", "replica-a")
     assert first.done()
 
@@ -85,7 +86,7 @@ async def test_a_stale_row_is_taken_over_by_one_replica(
         replies = await asyncio.gather(*(stubs[n % 2].Execute(call) for n in range(6)))
     assert all(reply == replies[0] for reply in replies) and not replies[0].error
     assert logged_lines(tmp_path / "ws") == ["one"]
-    entry = await ledger_entry(engines())
+    entry = await ledger_entry(reading(engines()))
     assert entry is not None and (entry.state, entry.attempt) == ("done", 2)
     assert entry.replica in {a.recorded.replica, b.recorded.replica}
 
@@ -104,5 +105,5 @@ async def test_a_row_still_within_its_time_is_not_taken_over(
         assert not waiting.done()  # the other replica may still be running it
         waiting.cancel()
     assert logged_lines(tmp_path / "ws") == []
-    entry = await ledger_entry(engines())
+    entry = await ledger_entry(reading(engines()))
     assert entry is not None and (entry.state, entry.replica) == ("running", "elsewhere")
