@@ -88,8 +88,11 @@ class InPlaceWrites:
     """Write transactions on the calling thread when the SQLite file is free at once;
     otherwise through `fallback`."""
 
-    def __init__(self, url: str, fallback: WriteTransactions) -> None:
+    def __init__(
+        self, url: str, fallback: WriteTransactions, checkpoint_every: int = CHECKPOINT_EVERY
+    ) -> None:
         self._fallback = fallback
+        self._checkpoint_every = checkpoint_every
         self._engine: Engine = sqlite_sync_engine(url)
         event.listen(self._engine, "connect", _never_wait)
         self._conn: Connection | None = None
@@ -109,7 +112,7 @@ class InPlaceWrites:
                 raise
             return await self._fallback.write(work, *args, **kwargs)
         self._written += 1
-        if self._written >= CHECKPOINT_EVERY and self._checkpoint is None:
+        if self._written >= self._checkpoint_every and self._checkpoint is None:
             self._written = 0
             self._checkpoint = asyncio.create_task(asyncio.to_thread(self._checkpoint_log))
             self._checkpoint.add_done_callback(self._checkpointed)

@@ -81,10 +81,18 @@ def _check(recorded: Fingerprint, call: ToolCall, repeat: Fingerprint) -> None:
     raise CallMismatch(f"{known} already ran {recorded.tool_name!r} with other arguments; {rule}")
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class _InFlight:
+    """A call this replica is claiming (its row not yet its own) or running."""
+
     fingerprint: Fingerprint
-    task: _Run
+    claimed: bool = False
+    task: _Run | None = None
+
+    @property
+    def run(self) -> _Run:
+        assert self.task is not None  # set as it is launched
+        return self.task
 
 
 class RecordedCalls:
@@ -122,10 +130,15 @@ class RecordedCalls:
             running = self._in_flight.get(key)
             if running is None:
                 running = self._launch(key, call, fingerprint, stale)
-            else:
-                _check(running.fingerprint, call, fingerprint)
+            elif running.fingerprint != fingerprint:
+                if running.claimed:
+                    _check(running.fingerprint, call, fingerprint)  # raises: another call
+                # A differing repeat is only trying its claim: the row will tell who is right.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(running.run)
+                continue
             # Shielded: the caller going away must not cancel the call.
-            outcome = await asyncio.shield(running.task)
+            outcome = await asyncio.shield(running.run)
             if outcome is not None:
                 return replace(outcome, call_id=call.call_id)
             found = await self._await_recorded(call, fingerprint)
@@ -136,10 +149,11 @@ class RecordedCalls:
     def _launch(
         self, key: _Key, call: ToolCall, fingerprint: Fingerprint, stale: LedgerEntry | None
     ) -> _InFlight:
+        running = _InFlight(fingerprint)
         task = asyncio.create_task(
-            self._claim_and_run(call, fingerprint, stale), name=f"tool-call {call.call_id}"
+            self._claim_and_run(call, running, stale), name=f"tool-call {call.call_id}"
         )
-        running = _InFlight(fingerprint, task)
+        running.task = task
         self._in_flight[key] = running
 
         def finished(done: _Run) -> None:
@@ -152,12 +166,12 @@ class RecordedCalls:
         return running
 
     async def _claim_and_run(
-        self, call: ToolCall, fingerprint: Fingerprint, stale: LedgerEntry | None
+        self, call: ToolCall, running: _InFlight, stale: LedgerEntry | None
     ) -> ToolOutcome | None:
         now = self._clock()
         try:
             if stale is None:
-                await self._ledger.start(call, fingerprint, self._replica, now)
+                await self._ledger.start(call, running.fingerprint, self._replica, now)
             elif await self._ledger.take_over(call, stale, self._replica, now):
                 log.warning(
                     "taking over a tool call its replica left running; it runs again",
@@ -178,6 +192,7 @@ class RecordedCalls:
                 f"the tool-call ledger is unavailable ({type(exc).__name__}); "
                 f"{call.tool_name!r} was not run, so the call may be sent again"
             ) from exc
+        running.claimed = True
         outcome = await self._host.execute(call)
         await self._record(call, outcome)
         return outcome
@@ -239,7 +254,7 @@ class RecordedCalls:
     async def close(self, grace_seconds: float) -> None:
         """Let calls still running (their callers may be gone) finish within the grace; any
         left then is cancelled, its row left running for a repeat to take over."""
-        tasks = [running.task for running in self._in_flight.values()]
+        tasks = [running.run for running in self._in_flight.values()]
         if not tasks:
             return
         _, pending = await asyncio.wait(tasks, timeout=grace_seconds)

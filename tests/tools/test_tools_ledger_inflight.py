@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
@@ -15,10 +16,14 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.tools.ledger_storage import ledger_url
+from services.tools.db import create_schema
+from services.tools.ledger import CallLedger, Fingerprint
+from services.tools.ledger_storage import InPlaceWrites, ledger_url
 from shuttle.db import create_engine
-from shuttle.sql_transactions import engine_url
+from shuttle.sql_transactions import engine_url, writes_for
+from shuttle.tool_calls import ToolCall
 from tests.tools.ledger_support import (
+    WORKFLOW,
     Held,
     append,
     ledger_entry,
@@ -141,3 +146,25 @@ async def test_a_file_another_writer_holds_sends_the_record_to_the_writer_thread
         entry = await ledger_entry(replica.ledger)
     assert entry is not None and entry.state == "done"
     assert logged_lines(tmp_path / "ws") == ["one"]
+
+
+async def test_the_in_place_writes_checkpoint_the_log_on_a_worker_thread(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
+    engine = create_engine(url)
+    await create_schema(engine)
+    writes = writes_for(engine)
+    in_place = InPlaceWrites(url, writes, checkpoint_every=3)
+    ledger = CallLedger(engine, writes, in_place)
+    # Open throughout, so no connection's closing checkpoints the log in its stead.
+    reader = sqlite3.connect(tmp_path / "ledger.db")
+    try:
+        for n in range(10):
+            call = ToolCall(tool_name="calculator", workflow_id=WORKFLOW, call_id=f"cp-{n}")
+            await ledger.start(call, Fingerprint.of(call), "replica", datetime.now(UTC))
+        await in_place.close()  # waits for the checkpoint under way
+        # Checkpointed: the rows are in the file itself, not only in its log.
+        assert b"cp-8" in (tmp_path / "ledger.db").read_bytes()
+    finally:
+        reader.close()
+        await writes.close()
+        await engine.dispose()
