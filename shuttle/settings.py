@@ -248,6 +248,8 @@ class Settings(BaseSettings):
     # Tool host: hooks, approvals, workspaces, sandboxes, remote providers (docs/tools.md).
     tool_hooks_file: Path | None = None
     approval_timeout_seconds: float = Field(1800.0, gt=0)
+    # How long the tools service keeps a call's ledger row (its recorded outcome).
+    tool_ledger_retention_hours: float = Field(168.0, gt=0)
     tool_max_observation_chars: int = Field(20_000, ge=100)
     tool_workspace_dir: Path | None = None
     tool_workspace_quota_bytes: int = Field(50 * 1024 * 1024, ge=0)

@@ -21,8 +21,11 @@ from services.tools.event_log import GrpcWorkflowLog
 from services.tools.grpc_api import CALLER_ROLES, SERVICE_NAME, ToolServiceServicer
 from services.tools.hooks.config import HooksConfigError, build_chain, load_hooks_config
 from services.tools.host import ToolHost
+from services.tools.ledger import LedgerRetention
+from services.tools.ledger_storage import open_ledger
 from services.tools.netguard import AddressPolicy
 from services.tools.providers.loader import load_providers
+from services.tools.recorded import RecordedCalls
 from services.tools.workspace import Workspaces
 from shuttle.db import create_engine
 from shuttle.events_client import EventsClient
@@ -41,9 +44,11 @@ def service_for(
     on_stop: Sequence[Cleanup] = (),
     cleaner: WorkflowDataCleaner | None = None,
     auth: ServerAuth = NO_SERVER_AUTH,
+    recorded: RecordedCalls | None = None,
 ) -> GrpcService:
-    """A GrpcService (with health and reflection) serving ToolService over `host`."""
-    servicer = ToolServiceServicer(host, approvals, cleaner)
+    """A GrpcService (with health and reflection) serving ToolService over `host`; calls
+    go through `recorded` (the ledger) when given."""
+    servicer = ToolServiceServicer(host, approvals, cleaner, recorded)
 
     def register(server: grpc.aio.Server) -> None:
         tools_pb2_grpc.add_ToolServiceServicer_to_server(servicer, server)
@@ -106,7 +111,9 @@ async def build(settings: Settings) -> GrpcService:
         Path(database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url)
     await create_schema(engine)
-    audit_writes = writes_for(engine)
+    # One writer for the audit rows and the ledger: on a SQLite file, one thread and its
+    # connection; on a database server, the engine's pool.
+    writes = writes_for(engine)
     events_channel = open_channel(
         settings.grpc_target("events"), ChannelAuth.for_component(settings, TOOLS)
     )
@@ -118,7 +125,7 @@ async def build(settings: Settings) -> GrpcService:
     try:
         chain = build_chain(
             hooks_config,
-            audit_writes=audit_writes,
+            audit_writes=writes,
             approvals=approvals,
             buckets=buckets,
             approval_timeout_seconds=settings.approval_timeout_seconds,
@@ -137,6 +144,14 @@ async def build(settings: Settings) -> GrpcService:
         artifacts=ArtifactStore(config.workspaces),
     )
 
+    ledger, close_ledger = await open_ledger(engine, writes)
+    recorded = RecordedCalls(host, ledger)
+    retention = LedgerRetention(ledger, settings.tool_ledger_retention_hours)
+    retention.start()
+
+    async def finish_calls() -> None:
+        await recorded.close(settings.shutdown_grace_seconds)
+
     async def close_buckets() -> None:
         if isinstance(buckets, RedisBuckets):
             await buckets.close()
@@ -144,17 +159,22 @@ async def build(settings: Settings) -> GrpcService:
     return service_for(
         host,
         approvals,
-        # The hooks drain first: queued audit rows are written before the database closes.
+        # Calls whose callers left finish first, then the hooks drain: their ledger and
+        # audit rows are written before the database closes.
         on_stop=[
+            finish_calls,
+            retention.stop,
             chain.drain,
-            audit_writes.close,
+            close_ledger,
+            writes.close,
             providers.close,
             events_channel.close,
             close_buckets,
             engine.dispose,
         ],
-        cleaner=WorkflowDataCleaner(config.workspaces, engine, chain),
+        cleaner=WorkflowDataCleaner(config.workspaces, engine, chain, ledger),
         auth=auth,
+        recorded=recorded,
     )
 
 

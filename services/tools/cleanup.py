@@ -1,4 +1,5 @@
-"""Forgetting workflows: what the tool host keeps for them (workspaces, audit, approvals).
+"""Forgetting workflows: what the tool host keeps for them (workspaces, audit, approvals,
+the call ledger).
 
 The tools service is the only one touching its files and tables, so whoever deletes a
 workflow elsewhere (a session's owner) asks this service to delete its part.
@@ -15,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.tools.db import tool_approvals, tool_audit
 from services.tools.hooks.chain import HookChain
+from services.tools.ledger import CallLedger
 from services.tools.workspace import Workspaces
 
 
@@ -30,14 +32,17 @@ class WorkflowDataCleaner:
         workspaces: Workspaces | None,
         engine: AsyncEngine | None,
         hooks: HookChain | None = None,
+        ledger: CallLedger | None = None,
     ) -> None:
         self._workspaces = workspaces
         self._engine = engine
         self._hooks = hooks
+        self._ledger = ledger
 
     async def forget(self, tenant_id: str, workflow_ids: Collection[str]) -> Forgotten:
-        """Delete the tenant's workspaces, audit records and approvals of these workflows;
-        rows and directories are keyed by tenant, so another tenant's are never reached."""
+        """Delete the tenant's workspaces, audit records, approvals and ledger rows of these
+        workflows; rows and directories are keyed by tenant, so another tenant's are never
+        reached."""
         records = 0
         if self._hooks is not None:
             # Audit rows still queued would otherwise land after the delete.
@@ -52,6 +57,8 @@ class WorkflowDataCleaner:
                         )
                     )
                     records += result.rowcount or 0
+        if self._ledger is not None and workflow_ids:
+            records += await self._ledger.forget(tenant_id, workflow_ids)
         removed = 0
         if self._workspaces is not None:
             workspaces = self._workspaces

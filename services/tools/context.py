@@ -18,6 +18,14 @@ class CallInfo:
     tenant_id: str = ""
     agent_id: str = ""
 
+    @property
+    def idempotency_key(self) -> str:
+        """ "<workflow_id>/<call_id>", the same for every attempt at one call of a run, for
+        providers to apply a call once; empty outside a workflow."""
+        if not (self.workflow_id and self.call_id):
+            return ""
+        return f"{self.workflow_id}/{self.call_id}"
+
 
 _current: contextvars.ContextVar[CallInfo | None] = contextvars.ContextVar(
     "shuttle_tool_call", default=None

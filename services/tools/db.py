@@ -1,4 +1,5 @@
-"""SQL tables of the tool host (audit log, approvals), portable across SQLite and PostgreSQL.
+"""SQL tables of the tool host (audit log, approvals, call ledger), portable across SQLite
+and PostgreSQL.
 
 Alembic migrations in services/tools/migrations/ make them, with the service's own version
 table; this metadata declares the tables the stores use and the latest revision makes.
@@ -8,10 +9,12 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -67,6 +70,37 @@ tool_approvals = Table(
     Column("expires_at", UtcDateTime, nullable=False),
     Column("decided_at", UtcDateTime, nullable=True),
     Index("ix_tool_approvals_tenant_workflow", "tenant_id", "workflow_id"),
+)
+
+# One row per tool call of a workflow (services/tools/ledger.py): what a repeated Execute of
+# the same call id is answered with, and who runs it meanwhile.
+tool_ledger = Table(
+    "tool_ledger",
+    metadata,
+    Column("workflow_id", StoredString(ID_LENGTH), nullable=False),
+    Column("call_id", StoredString(ID_LENGTH), nullable=False),
+    Column("tenant_id", String(ID_LENGTH), nullable=False),
+    # As the caller named it: a model may name a tool that does not exist, at any length.
+    Column("tool_name", StoredText, nullable=False),
+    # sha256 of the arguments as canonical JSON: a repeat must send the same ones.
+    Column("arguments_hash", String(64), nullable=False),
+    # running | done
+    Column("state", String(16), nullable=False),
+    # The replica running it, and how many replicas have started it (a takeover adds one).
+    Column("replica", String(ID_LENGTH), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime, nullable=True),
+    # The outcome, as ExecuteResponse carries it (artifacts as a JSON list).
+    Column("observation", StoredText, nullable=False),
+    Column("error", StoredText, nullable=False),
+    Column("blocked", Boolean, nullable=False),
+    Column("block_reason", StoredText, nullable=False),
+    Column("truncated", Boolean, nullable=False),
+    Column("artifacts_json", StoredText, nullable=False),
+    Column("duration_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("workflow_id", "call_id", name="pk_tool_ledger"),
+    Index("ix_tool_ledger_started_at", "started_at"),
 )
 
 

@@ -18,12 +18,15 @@ from services.tools.approvals import (
 from services.tools.catalog import ToolSpec
 from services.tools.cleanup import WorkflowDataCleaner
 from services.tools.host import ToolHost
+from services.tools.recorded import CallMismatch, LedgerUnavailable, RecordedCalls
 from shuttle.grpc_auth import EXECUTOR, GATEWAY, method_roles
 from shuttle.grpc_server import Context
 from shuttle.tool_calls import ToolCall, ToolOutcome
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 
 MAX_DELETE_IDS = 1000
+# The ledger's key columns (services/tools/db.py).
+MAX_ID_CHARS = 128
 SERVICE_NAME: str = tools_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name
 # Who may call each method: tools run only for the executor's runs.
 CALLER_ROLES = method_roles(
@@ -117,10 +120,12 @@ class ToolServiceServicer(tools_pb2_grpc.ToolServiceServicer):
         host: ToolHost,
         approvals: ApprovalService | None = None,
         cleaner: WorkflowDataCleaner | None = None,
+        recorded: RecordedCalls | None = None,
     ) -> None:
         self._host = host
         self._approvals = approvals
         self._cleaner = cleaner
+        self._recorded = recorded
 
     async def _require_approvals(self, context: Context) -> ApprovalService:
         if self._approvals is None:
@@ -151,7 +156,21 @@ class ToolServiceServicer(tools_pb2_grpc.ToolServiceServicer):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "ExecuteRequest.tool_name is required"
             )
-        result = await self._host.execute(request_from_proto(request))
+        for field in ("workflow_id", "call_id", "tenant_id"):
+            if len(getattr(request, field)) > MAX_ID_CHARS:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"ExecuteRequest.{field} is longer than {MAX_ID_CHARS} characters",
+                )
+        call = request_from_proto(request)
+        if self._recorded is None:
+            return result_to_proto(await self._host.execute(call))
+        try:
+            result = await self._recorded.execute(call)
+        except CallMismatch as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except LedgerUnavailable as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         return result_to_proto(result)
 
     async def DecideApproval(

@@ -123,6 +123,19 @@ class ToolHost:
         """The timeout a call to this tool gets: its own, else the host default."""
         return spec.timeout_seconds or self._default_timeout
 
+    def longest_run(self, tool_name: str, tenant_id: str) -> float:
+        """Seconds a call may take on a live replica: the tool's timeout plus the wait of
+        every approval gate in its way (hooks and the outcome's write aside)."""
+        tool = self._registry.get(tool_name)
+        if tool is None:
+            return self._default_timeout
+        approvals = sum(
+            hook.timeout_seconds
+            for hook in self._hooks.hooks
+            if isinstance(hook, ApprovalGate) and hook.gates(tool.spec, tenant_id)
+        )
+        return self.timeout_for(tool.spec) + approvals
+
     async def execute(self, call: ToolCall) -> ToolOutcome:
         """Run one tool call through its hooks; never raises for anything a tool does."""
         started = time.perf_counter()

@@ -28,7 +28,7 @@ from shuttle.migrations import Migrations, UnversionedSchema
 from tests.support.databases import EngineMaker, postgres_url, schema_engines  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
-HEADS = {EVENTS: "0004", GATEWAY: "0001", TOOLS: "0001"}
+HEADS = {EVENTS: "0004", GATEWAY: "0001", TOOLS: "0002"}
 ADOPTING = [GATEWAY, TOOLS]
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 # A row of each adopting component's, to see it survive the adoption.
@@ -126,9 +126,18 @@ async def described(engine: AsyncEngine, migrations: Migrations) -> dict[str, An
         return await conn.run_sync(describe)
 
 
-async def create_all(engine: AsyncEngine, migrations: Migrations) -> None:
+# The tables `create_all` made of each adopting component's metadata before migrations,
+# which its `adopt_at` revision makes: tables added since came with their own revisions.
+BEFORE_MIGRATIONS = {GATEWAY: None, TOOLS: {"tool_audit", "tool_approvals"}}
+
+
+async def create_all(
+    engine: AsyncEngine, migrations: Migrations, before_migrations: bool = False
+) -> None:
+    names = BEFORE_MIGRATIONS[migrations] if before_migrations else None
+    tables = [t for t in migrations.metadata.sorted_tables if names is None or t.name in names]
     async with engine.begin() as conn:
-        await conn.run_sync(migrations.metadata.create_all)
+        await conn.run_sync(lambda sync: migrations.metadata.create_all(sync, tables=tables))
 
 
 async def table_names(engine: AsyncEngine) -> set[str]:
@@ -223,7 +232,7 @@ async def test_tables_create_all_made_are_adopted_with_their_rows(
     table, row = ROWS[migrations]
     async with open_blank("adopted") as database:
         engine = database()
-        await create_all(engine, migrations)
+        await create_all(engine, migrations, before_migrations=True)
         async with engine.begin() as conn:
             await conn.execute(table.insert().values(**row))
         await migrations.upgrade(engine)
@@ -270,7 +279,7 @@ async def test_a_new_sqlite_file_another_process_is_writing_is_migrated_once_it_
     engine = create_engine(f"sqlite+aiosqlite:///{path}")
     try:
         await TOOLS.upgrade(engine)
-        assert await TOOLS.current_revision(engine) == "0001"
+        assert await TOOLS.current_revision(engine) == HEADS[TOOLS]
     finally:
         await engine.dispose()
         released.join()

@@ -7,6 +7,7 @@ hooks of a real deployment (a hooks file, the audit log) apply to them.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import shutil
 import subprocess
@@ -107,16 +108,24 @@ async def serve(
         await service.stop(grace=0)
 
 
+CALL_IDS = itertools.count(8)
+
+
 async def execute(
-    stub: ToolServiceAsyncStub, tool: str, args: dict[str, Any], tenant: str = "acme"
+    stub: ToolServiceAsyncStub,
+    tool: str,
+    args: dict[str, Any],
+    tenant: str = "acme",
+    call_id: str = "",
 ) -> tools_pb2.ExecuteResponse:
+    # Each a new call: a repeated call id is answered from the ledger.
     return await stub.Execute(
         tools_pb2.ExecuteRequest(
             tool_name=tool,
             arguments_json=json.dumps(args),
             tenant_id=tenant,
             workflow_id="wf-remote",
-            call_id="call-7",
+            call_id=call_id or f"call-{next(CALL_IDS)}",
         )
     )
 
@@ -161,7 +170,7 @@ async def test_node_provider_runs_behind_the_hooks(
     node_stub: tuple[ToolServiceAsyncStub, Settings],
 ) -> None:
     stub, settings = node_stub
-    ok = await execute(stub, "node_reverse", {"text": "TERCES olleh"})
+    ok = await execute(stub, "node_reverse", {"text": "TERCES olleh"}, call_id="call-7")
     # The provider saw the call's context; the redact hook rewrote its output.
     assert ok.observation == "hello [redacted] (call call-7 of acme)"
     # Half a surrogate pair goes on escaped, as the model sent it. The provider echoes it

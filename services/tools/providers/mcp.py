@@ -5,16 +5,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any
+from typing import Any, cast
 
 from mcp import Client, StdioServerParameters
+from mcp.types import RequestParamsMeta
 
 from services.tools.catalog import ToolError, ToolOutput, ToolSpec
+from services.tools.context import current_call
 from shuttle.settings import McpServerConfig
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_SECONDS = 30.0
+# The `_meta` key of `tools/call` that carries the call's idempotency key (docs/tools.md).
+IDEMPOTENCY_META_KEY = "io.shuttle/idempotency-key"
 
 
 def _text_of(content: list[Any]) -> str:
@@ -39,7 +43,7 @@ class McpTool:
         return self._spec
 
     async def run(self, args: dict[str, Any]) -> ToolOutput:
-        return await self._server.call(self._spec.name, args)
+        return await self._server.call(self._spec.name, args, current_call().idempotency_key)
 
 
 class McpProvider:
@@ -111,8 +115,10 @@ class McpProvider:
             raise ToolError(f"the MCP server {self.name!r} is not connected")
         return self._client
 
-    async def call(self, name: str, args: dict[str, Any]) -> ToolOutput:
-        result = await self._require().call_tool(name, args)
+    async def call(self, name: str, args: dict[str, Any], idempotency_key: str = "") -> ToolOutput:
+        # An open map in the SDK (extra keys allowed), which mypy cannot tell.
+        meta = cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: idempotency_key})
+        result = await self._require().call_tool(name, args, meta=meta if idempotency_key else None)
         text = _text_of(list(result.content))
         if not text and result.structured_content is not None:
             text = json.dumps(result.structured_content, ensure_ascii=False)

@@ -67,6 +67,7 @@ class RemoteTool:
                     call_id=call.call_id,
                     workflow_id=call.workflow_id,
                     tenant_id=call.tenant_id,
+                    idempotency_key=call.idempotency_key,
                 ),
                 timeout=(self._spec.timeout_seconds or self._timeout) + CALL_HEADROOM_SECONDS,
             )
