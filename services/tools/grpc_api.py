@@ -156,8 +156,13 @@ class ToolServiceServicer(tools_pb2_grpc.ToolServiceServicer):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "ExecuteRequest.tool_name is required"
             )
-        for field in ("workflow_id", "call_id", "tenant_id"):
-            if len(getattr(request, field)) > MAX_ID_CHARS:
+        ids = {
+            "workflow_id": request.workflow_id,
+            "call_id": request.call_id,
+            "tenant_id": request.tenant_id,
+        }
+        for field, value in ids.items():
+            if len(value) > MAX_ID_CHARS:
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"ExecuteRequest.{field} is longer than {MAX_ID_CHARS} characters",
