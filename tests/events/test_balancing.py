@@ -18,7 +18,7 @@ from shuttle.events_client import EventsClient
 from shuttle.grpc_client import open_channel, tenant_metadata
 from shuttle.grpc_targets import client_target
 from shuttle.v1 import events_pb2, events_pb2_grpc
-from tests.support.events_process import EventsProcess
+from tests.support.events_process import EventsProcess, events_replicas
 
 pytestmark = pytest.mark.integration
 
@@ -30,20 +30,8 @@ GET_WORKFLOW = "/shuttle.v1.EventService/GetWorkflow"
 def replicas(
     postgres_url: str, redis_server: str, redis_prefix: str, tmp_path: Path
 ) -> Iterator[list[EventsProcess]]:
-    shared = {
-        "SHUTTLE_DATABASE_URL": postgres_url,
-        "SHUTTLE_REDIS_URL": redis_server,
-        "SHUTTLE_REDIS_KEY_PREFIX": redis_prefix,
-    }
-    started: list[EventsProcess] = []
-    try:
-        for name in ("a", "b"):
-            (tmp_path / name).mkdir()
-            started.append(EventsProcess(tmp_path / name, shared).start())
+    with events_replicas(postgres_url, redis_server, redis_prefix, tmp_path) as started:
         yield started
-    finally:
-        for replica in started:
-            replica.stop()
 
 
 async def create_workflow(stub: events_pb2_grpc.EventServiceAsyncStub) -> str:

@@ -15,7 +15,7 @@ import pytest
 from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import events_pb2, events_pb2_grpc
 from tests.support.databases import PG_HOST, PG_PORT, PG_USER, admin_sql
-from tests.support.events_process import EventsProcess
+from tests.support.events_process import EventsProcess, events_replicas
 
 pytestmark = pytest.mark.integration
 
@@ -37,20 +37,8 @@ def database_of_its_own(postgres_url: str) -> Iterator[str]:
 def replicas(
     database_of_its_own: str, redis_server: str, redis_prefix: str, tmp_path: Path
 ) -> Iterator[list[EventsProcess]]:
-    variables = {
-        "SHUTTLE_DATABASE_URL": database_of_its_own,
-        "SHUTTLE_REDIS_URL": redis_server,
-        "SHUTTLE_REDIS_KEY_PREFIX": redis_prefix,
-    }
-    started: list[EventsProcess] = []
-    try:
-        for name in ("a", "b"):
-            (tmp_path / name).mkdir()
-            started.append(EventsProcess(tmp_path / name, variables).start())
+    with events_replicas(database_of_its_own, redis_server, redis_prefix, tmp_path) as started:
         yield started
-    finally:
-        for process in started:
-            process.stop()
 
 
 async def test_runs_claimed_through_two_replicas_at_once_are_each_taken_once(

@@ -3,11 +3,12 @@ and database, with its Prometheus metrics on a port of its own: what the server 
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -100,3 +101,25 @@ class EventsProcess:
         while (finished := self.finished_streams()) < count and time.monotonic() < deadline:
             time.sleep(0.05)
         return finished
+
+
+@contextlib.contextmanager
+def events_replicas(
+    database_url: str, redis_url: str, redis_prefix: str, directory: Path, count: int = 2
+) -> Iterator[list[EventsProcess]]:
+    """`count` events processes sharing one database and one Redis, each in its own
+    directory under `directory`; stopped on exit."""
+    shared = {
+        "SHUTTLE_DATABASE_URL": database_url,
+        "SHUTTLE_REDIS_URL": redis_url,
+        "SHUTTLE_REDIS_KEY_PREFIX": redis_prefix,
+    }
+    started: list[EventsProcess] = []
+    try:
+        for index in range(count):
+            (directory / f"replica-{index}").mkdir()
+            started.append(EventsProcess(directory / f"replica-{index}", shared).start())
+        yield started
+    finally:
+        for replica in started:
+            replica.stop()
