@@ -12,10 +12,10 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, delete, select
 
+from shuttle.periodic import Periodic
 from shuttle.sql_transactions import WriteTransactions
 
 from .models import appends, events, tool_results, workflows
-from .periodic import Periodic
 from .store import Clock, utc_now
 
 log = logging.getLogger(__name__)

@@ -20,11 +20,12 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, Connection, and_, bindparam, or_, select, update
 
+from shuttle.periodic import Periodic
+
 from .errors import FailedPrecondition
 from .leases import LOST_PREFIX, ExpiredLease, LeaseStore, live
 from .log import EventLog
 from .models import workflows
-from .periodic import Periodic
 from .records import NewEvent
 
 log = logging.getLogger(__name__)

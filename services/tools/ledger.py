@@ -10,8 +10,6 @@ connection. Repeats read the row; nothing else is read on the first call.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import json
 import logging
@@ -25,6 +23,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.tools.db import tool_ledger
+from shuttle.periodic import Periodic
 from shuttle.sql_transactions import WriteTransactions
 from shuttle.tool_calls import Artifact, ToolCall, ToolOutcome
 from shuttle.utf8 import storable_text
@@ -235,30 +234,17 @@ class LedgerRetention:
     ) -> None:
         self._ledger = ledger
         self._retention = timedelta(hours=retention_hours)
-        self._interval = interval_seconds
         self._clock = clock
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = Periodic("purging the tool-call ledger", self.run_once, interval_seconds)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="tool ledger retention")
+        self._periodic.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._periodic.stop()
 
     async def run_once(self) -> int:
         purged = await self._ledger.purge(self._clock() - self._retention)
         if purged:
             log.info("purged old tool-call ledger rows", extra={"rows": purged})
         return purged
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except Exception:
-                log.exception("purging the tool-call ledger failed; trying again later")
-            await asyncio.sleep(self._interval)

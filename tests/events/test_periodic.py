@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.events.periodic import Periodic
+from shuttle.periodic import Periodic
 
 
 async def test_a_failing_pass_is_followed_by_the_next_one() -> None:
