@@ -2,10 +2,10 @@
 (running, done), who runs it, and once done everything ExecuteResponse carries.
 
 A first call costs one INSERT (running) before the tool runs and one UPDATE (done, the
-outcome) after it, each one statement in its own transaction: on a SQLite file both run on
-the service's writer thread and its one connection (shuttle/sql_transactions.py), on a
-database server through the pool, so that a call waiting hours for an approval holds no
-connection. Repeats read the row; nothing else is read on the first call.
+outcome) after it, each one statement in its own transaction: on a SQLite file in a file of
+its own, written in place (ledger_storage.py); on a database server through the pool, so
+that a call waiting hours for an approval holds no connection. Repeats read the row;
+nothing else is read on the first call.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, Executable, bindparam, delete, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql.dml import UpdateBase
 
 from services.tools.db import tool_ledger
 from shuttle.periodic import Periodic
@@ -127,9 +128,27 @@ def _entry(row: Row[Any]) -> LedgerEntry:
     )
 
 
-def _execute(conn: Connection, statement: Executable, parameters: dict[str, Any]) -> int:
+def execute_statement(conn: Connection, statement: Executable, parameters: dict[str, Any]) -> int:
     """Rows the statement touched."""
     return conn.execute(statement, parameters).rowcount
+
+
+class CallStatements(Protocol):
+    """Where the statements of each call run, each one its own transaction."""
+
+    async def execute(self, statement: UpdateBase, parameters: dict[str, Any]) -> int:
+        """Rows the statement touched."""
+        ...
+
+
+class TransactionStatements:
+    """Each statement as a write transaction of its own."""
+
+    def __init__(self, writes: WriteTransactions) -> None:
+        self._writes = writes
+
+    async def execute(self, statement: UpdateBase, parameters: dict[str, Any]) -> int:
+        return await self._writes.write(execute_statement, statement, parameters)
 
 
 class CallLedger:
@@ -139,13 +158,13 @@ class CallLedger:
         self,
         engine: AsyncEngine,
         writes: WriteTransactions,
-        call_writes: WriteTransactions | None = None,
+        call_statements: CallStatements | None = None,
     ) -> None:
-        """`call_writes`, when given, runs the statements of each call (one row each);
+        """`call_statements`, when given, runs the statements of each call (one row each);
         `writes` the rest (the purge)."""
         self._engine = engine
         self._writes = writes
-        self._call_writes = call_writes or writes
+        self._call_statements = call_statements or TransactionStatements(writes)
 
     async def start(
         self, call: ToolCall, fingerprint: Fingerprint, replica: str, now: datetime
@@ -170,7 +189,7 @@ class CallLedger:
             "artifacts_json": "[]",
             "duration_ms": 0,
         }
-        await self._call_writes.write(_execute, _INSERT, values)
+        await self._call_statements.execute(_INSERT, values)
 
     async def take_over(
         self, call: ToolCall, stale: LedgerEntry, replica: str, now: datetime
@@ -185,7 +204,7 @@ class CallLedger:
             "attempt": stale.attempt + 1,
             "started_at": now,
         }
-        return await self._call_writes.write(_execute, _TAKE_OVER, parameters) == 1
+        return await self._call_statements.execute(_TAKE_OVER, parameters) == 1
 
     async def finish(self, call: ToolCall, outcome: ToolOutcome, now: datetime) -> None:
         """Record the outcome; the first attempt to finish is the one recorded."""
@@ -202,7 +221,7 @@ class CallLedger:
             "artifacts_json": _artifacts_json(outcome),
             "duration_ms": outcome.duration_ms,
         }
-        await self._call_writes.write(_execute, _FINISH, parameters)
+        await self._call_statements.execute(_FINISH, parameters)
 
     async def get(self, call: ToolCall) -> LedgerEntry | None:
         async with self._engine.connect() as conn:
@@ -214,11 +233,11 @@ class CallLedger:
         statement = delete(tool_ledger).where(
             tool_ledger.c.tenant_id == tenant_id, tool_ledger.c.workflow_id.in_(list(workflow_ids))
         )
-        return await self._writes.write(_execute, statement, {})
+        return await self._writes.write(execute_statement, statement, {})
 
     async def purge(self, older_than: datetime) -> int:
         """Delete the rows of calls started before `older_than`."""
-        return await self._writes.write(_execute, _PURGE, {"older_than": older_than})
+        return await self._writes.write(execute_statement, _PURGE, {"older_than": older_than})
 
 
 class LedgerRetention:

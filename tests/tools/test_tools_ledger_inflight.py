@@ -14,14 +14,15 @@ from pathlib import Path
 import grpc
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.tools.db import create_schema
 from services.tools.ledger import CallLedger, Fingerprint
-from services.tools.ledger_storage import InPlaceWrites, ledger_url
+from services.tools.ledger_storage import InPlaceStatements, ledger_url
 from shuttle.db import create_engine
 from shuttle.sql_transactions import engine_url, writes_for
-from shuttle.tool_calls import ToolCall
+from shuttle.tool_calls import ToolCall, ToolOutcome
 from tests.tools.ledger_support import (
     WORKFLOW,
     Held,
@@ -148,12 +149,12 @@ async def test_a_file_another_writer_holds_sends_the_record_to_the_writer_thread
     assert logged_lines(tmp_path / "ws") == ["one"]
 
 
-async def test_the_in_place_writes_checkpoint_the_log_on_a_worker_thread(tmp_path: Path) -> None:
+async def test_in_place_statements_checkpoint_the_log_on_a_worker_thread(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
     engine = create_engine(url)
     await create_schema(engine)
     writes = writes_for(engine)
-    in_place = InPlaceWrites(url, writes, checkpoint_every=3)
+    in_place = InPlaceStatements(url, writes, checkpoint_every=3)
     ledger = CallLedger(engine, writes, in_place)
     # Open throughout, so no connection's closing checkpoints the log in its stead.
     reader = sqlite3.connect(tmp_path / "ledger.db")
@@ -168,3 +169,34 @@ async def test_the_in_place_writes_checkpoint_the_log_on_a_worker_thread(tmp_pat
         reader.close()
         await writes.close()
         await engine.dispose()
+
+
+async def test_statements_written_in_place_read_back_as_the_engine_wrote_them(
+    tmp_path: Path,
+) -> None:
+    # In place, statements skip Core's execution: the columns' own conversions must still
+    # apply (a UTC datetime as SQLite text, NUL and lone surrogates made storable).
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
+    engine = create_engine(url)
+    await create_schema(engine)
+    writes = writes_for(engine)
+    in_place = InPlaceStatements(url, writes)
+    ledger = CallLedger(engine, writes, in_place)
+    started = datetime(2026, 12, 5, 1, 2, 3, 456789, tzinfo=UTC)
+    call = ToolCall(tool_name="calc\x00ulator", workflow_id=WORKFLOW, call_id="rt-1")
+    try:
+        await ledger.start(call, Fingerprint.of(call), "replica", started)
+        outcome = ToolOutcome(observation="a\x00b \ud800", blocked=True, truncated=True)
+        await ledger.finish(call, outcome, started)
+        with pytest.raises(IntegrityError):  # the id is known: a repeat
+            await ledger.start(call, Fingerprint.of(call), "replica", started)
+        entry = await ledger.get(call)
+    finally:
+        await in_place.close()
+        await writes.close()
+        await engine.dispose()
+    assert entry is not None and entry.outcome is not None
+    assert entry.started_at == started
+    assert entry.fingerprint == Fingerprint.of(call)
+    assert entry.outcome.observation == "a\ufffdb \ufffd"
+    assert entry.outcome.blocked and entry.outcome.truncated
