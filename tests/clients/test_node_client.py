@@ -6,33 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from shuttle.envelope import type_name
 from shuttle.v1 import events_pb2, events_pb2_grpc
-from tests.support.stack import Stack, start_stack
-
-CLIENT_DIR = Path(__file__).parent / "node_client"
-TENANT = "default"
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    if shutil.which("node") is None:
-        pytest.fail("node is required for the Node.js client test (see .ci/run)")
-    if not (CLIENT_DIR / "node_modules" / "@grpc" / "grpc-js").exists():
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund"], cwd=CLIENT_DIR, check=True, timeout=600
-        )
-    running = start_stack(Path(tmp_path_factory.mktemp("node-client")))
-    yield running
-    running.stop()
+from tests.clients.conftest import CLIENT_DIR, TENANT
+from tests.support.stack import Stack
 
 
 def node_client(
