@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from services.tools.approvals import (
     OPERATOR_DECISIONS,
+    RUN_ENDED,
     TIMEOUT,
     Approval,
     ApprovalAlreadyDecidedError,
@@ -39,9 +40,11 @@ class WorkflowLog(Protocol):
         self, workflow_id: str, tenant_id: str, events: Sequence[EventDraft]
     ) -> list[int]: ...
 
-    def decisions(self, workflow_id: str, tenant_id: str, from_seq: int) -> AsyncIterator[str]:
-        """Approval ids of the APPROVAL_DECISION events from `from_seq` on, live; the
-        iterator ends when the workflow's stream ends."""
+    def decisions(
+        self, workflow_id: str, tenant_id: str, from_seq: int
+    ) -> AsyncIterator[str | None]:
+        """Approval ids of the APPROVAL_DECISION events from `from_seq` on, live, then None
+        once the run's log has ended (STREAM_END); it may also stop early (a lost stream)."""
         ...
 
 
@@ -136,6 +139,8 @@ class ApprovalService:
                 async for approval_id in self._log.decisions(
                     approval.workflow_id, approval.tenant_id, from_seq
                 ):
+                    if approval_id is None:
+                        return await self._close_for_ended_run(approval)
                     if approval_id != approval.approval_id:
                         continue
                     current = await self._store.get(approval.approval_id, approval.tenant_id)
@@ -156,6 +161,20 @@ class ApprovalService:
             if not current.pending:
                 return current
             await asyncio.sleep(RESUBSCRIBE_SECONDS)
+
+    async def _close_for_ended_run(self, approval: Approval) -> Approval:
+        """The run's log ended without a decision: close the approval so that no later
+        decision runs the tool for a run that is over. Not logged: the log is closed."""
+        try:
+            return await self._store.decide(
+                approval.approval_id,
+                approval.tenant_id,
+                RUN_ENDED,
+                decided_by="system",
+                comment="the run ended before a decision",
+            )
+        except ApprovalAlreadyDecidedError as exc:
+            return exc.approval
 
     async def _time_out(self, approval: Approval, agent_id: str) -> Approval:
         try:

@@ -21,7 +21,10 @@ PENDING = "pending"
 APPROVED = "approved"
 DENIED = "denied"
 TIMEOUT = "timeout"
+# The run ended (cancelled, say) while its call waited: nobody is left to act on a decision.
+RUN_ENDED = "run_ended"
 OPERATOR_DECISIONS = frozenset({APPROVED, DENIED})
+SYSTEM_DECISIONS = frozenset({TIMEOUT, RUN_ENDED})
 
 
 class ApprovalNotFoundError(LookupError):
@@ -147,7 +150,7 @@ class ApprovalStore:
             tool_approvals.c.tenant_id == tenant_id,
             tool_approvals.c.status == PENDING,
         ]
-        if status != TIMEOUT:
+        if status not in SYSTEM_DECISIONS:
             # An operator's decision after the deadline is too late, even if no waiter is left
             # to mark the approval timed out (its replica stopped).
             conditions.append(tool_approvals.c.expires_at > now)

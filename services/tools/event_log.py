@@ -21,15 +21,19 @@ class GrpcWorkflowLog:
 
     async def decisions(
         self, workflow_id: str, tenant_id: str, from_seq: int
-    ) -> AsyncIterator[str]:
+    ) -> AsyncIterator[str | None]:
         batches = self._events.follow(
             workflow_id, tenant_id, from_seq, types=("APPROVAL_DECISION",)
         )
         try:
             async for batch in batches:
                 for event in batch:
-                    if type_name(event.type) != "APPROVAL_DECISION":
-                        continue  # STREAM_END, always delivered
+                    name = type_name(event.type)
+                    if name == "STREAM_END":  # always delivered, whatever the filter
+                        yield None
+                        return
+                    if name != "APPROVAL_DECISION":
+                        continue
                     payload = json.loads(event.payload_json or "{}")
                     approval_id = payload.get("approval_id")
                     if isinstance(approval_id, str):

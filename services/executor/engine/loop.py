@@ -22,7 +22,7 @@ from services.executor.engine.tool_runner import ToolRunner
 from services.executor.log.reporter import RunReporter
 from services.executor.policies.budget import TokenBudget, spend
 from services.executor.policies.context_guard import ContextGuard, Situation
-from services.executor.policies.control import Checkpoints, RunControl
+from services.executor.policies.control import Checkpoints, RunControl, until_cancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolDefinition, ToolPort, ToolSelector
 from shuttle.llm.protocol import LLM
@@ -252,7 +252,8 @@ class _RunLoop:
     async def _tools(self) -> None:
         await self.agent.control.checkpoint("tool_batch", self.reporter)
         decision = progress.decision_of(self.state)
-        await self.runner.run_batch(self.state.iteration, decision.calls, self.state)
+        batch = self.runner.run_batch(self.state.iteration, decision.calls, self.state)
+        await until_cancelled(self.agent.control, "tool_batch", batch)
         progress.finish_batch(self.state, decision)
 
     async def _inject_pending(self) -> None:

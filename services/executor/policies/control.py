@@ -8,7 +8,10 @@ order; the state is a function of the latest pause/resume by seq, and cancel is 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from collections.abc import Awaitable
+from typing import Protocol, TypeVar
+
+_T = TypeVar("_T")
 
 
 class RunCancelled(Exception):
@@ -33,6 +36,28 @@ class Checkpoints(Protocol):
     """Where an agent asks whether it may go on (RunControl, or a team's shared view)."""
 
     async def checkpoint(self, where: str, reporter: PauseReporter) -> None: ...
+
+    async def wait_cancelled(self) -> str:
+        """The reason, once a cancel arrives."""
+        ...
+
+
+async def until_cancelled(control: Checkpoints, where: str, work: Awaitable[_T]) -> _T:
+    """`work`'s result, or RunCancelled as soon as a cancel arrives: for work that reaches no
+    checkpoint for long (a tool call waiting on a human's approval), which is cancelled."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(control.wait_cancelled())
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        reason = watcher.result()
+    finally:
+        watcher.cancel()
+        if not task.done():  # cancelled, or this call was
+            task.cancel()
+            await asyncio.wait((task,))
+    raise RunCancelled(where, reason)
 
 
 class RunControl:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.tools.approval_flow import ApprovalRequest, ApprovalService
-from services.tools.approvals import APPROVED, DENIED
+from services.tools.approvals import APPROVED, DENIED, RUN_ENDED
 from services.tools.catalog import ToolSpec
 from services.tools.hooks.base import ALLOW, Hook, HookContext, PreResult, block
 
@@ -63,6 +63,10 @@ class ApprovalGate(Hook):
                 f"the operator denied running {ctx.tool.name}{comment}. This decision is "
                 "final: do not call it again for this request; continue without it or tell "
                 "the user it was not allowed"
+            )
+        if approval.status == RUN_ENDED:
+            return block(
+                f"the run ended before an operator decided, so {ctx.tool.name} was not run"
             )
         return block(
             f"no operator approved running {ctx.tool.name} within "
