@@ -1,57 +1,15 @@
-"""The `shuttle` commands that talk to a running gateway: run, events, tasks, approve."""
+"""The `shuttle` commands that talk to a running gateway: run, events, tasks, approve.
+They go through `shuttle.client`; this module renders what it returns."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-import httpx
-from httpx_sse import connect_sse
-
-RECONNECT_ATTEMPTS = 20
-
-
-class CliError(Exception):
-    """A failure to show the user as one line."""
-
-
-def _raise_for(response: httpx.Response) -> None:
-    if response.is_success:
-        return
-    try:
-        message = response.json()["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = response.text.strip() or response.reason_phrase
-    raise CliError(f"{response.status_code}: {message}")
-
-
-@dataclass
-class Gateway:
-    base_url: str
-    api_key: str = ""
-    timeout: float = 30.0
-
-    def client(self, timeout: float | None = None) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.Client(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=httpx.Timeout(self.timeout, read=timeout),
-        )
-
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            with self.client(self.timeout) as client:
-                response = client.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise CliError(f"cannot reach the gateway at {self.base_url}: {exc}") from None
-        _raise_for(response)
-        return response.json()
+from shuttle.client import ShuttleClient
 
 
 @dataclass
@@ -146,86 +104,40 @@ class LiveView:
         )
 
 
-def follow(
-    gateway: Gateway, workflow_id: str, view: LiveView, sleep: Callable[[float], None] = time.sleep
-) -> None:
-    """Stream the run's ReAct channels to the end, reconnecting from the last seq on a drop."""
-    last_id = ""
-    failures = 0
-    path = f"/api/v1/tasks/{workflow_id}/stream?dialect=fim"
-    while True:
-        headers = {"Last-Event-ID": last_id} if last_id else {}
-        try:
-            with (
-                gateway.client(timeout=None) as client,
-                connect_sse(client, "GET", path, headers=headers) as source,
-            ):
-                if source.response.status_code != 200:
-                    source.response.read()
-                    _raise_for(source.response)
-                for sse in source.iter_sse():
-                    failures = 0
-                    if sse.event == "error":
-                        raise CliError(f"stream failed: {sse.data}")
-                    view.show(sse.event, json.loads(sse.data) if sse.data else {})
-                    if sse.id:
-                        last_id = sse.id
-            if view.done is not None:
-                return
-            reason = "the stream closed early"
-        except httpx.TransportError as exc:
-            reason = str(exc) or type(exc).__name__
-        failures += 1
-        if failures > RECONNECT_ATTEMPTS:
-            raise CliError(f"lost the stream of {workflow_id}: {reason}")
-        view.err.write(f"(connection lost: {reason}; resuming after event {last_id or 0})\n")
-        sleep(min(0.5 * failures, 5.0))
+def follow(shuttle: ShuttleClient, workflow_id: str, view: LiveView) -> None:
+    """Show the run's ReAct channels to its end; the client resumes a dropped stream."""
+    for frame in shuttle.frames(workflow_id, dialect="fim"):
+        view.show(frame.channel, frame.data)
 
 
-def run(gateway: Gateway, query: str, view: LiveView) -> str:
-    # A fixed key makes a retried submission (after a timeout, say) the same task.
-    created = gateway.call(
-        "POST",
-        "/api/v1/tasks",
-        json={"query": query},
-        headers={"Idempotency-Key": f"cli-{uuid.uuid4()}"},
-    )
-    workflow_id = str(created["workflow_id"])
+def run(shuttle: ShuttleClient, query: str, view: LiveView) -> str:
+    workflow_id = shuttle.start_task(query)
     view.err.write(f"workflow {workflow_id}\n")
-    follow(gateway, workflow_id, view)
+    follow(shuttle, workflow_id, view)
     return workflow_id
 
 
-def events(gateway: Gateway, workflow_id: str, out: TextIO, as_json: bool) -> None:
-    from_seq = 1
-    while True:
-        page = gateway.call(
-            "GET",
-            f"/api/v1/tasks/{workflow_id}/events",
-            params={"from_seq": from_seq, "limit": 1000},
-        )
-        for event in page["events"]:
-            if as_json:
-                out.write(json.dumps(event, ensure_ascii=False) + "\n")
-            else:
-                out.write(f"{event['seq']:>5}  {event['type']:<26} {event['message']}\n")
-        if not page.get("next_seq"):
-            return
-        from_seq = page["next_seq"]
+def events(shuttle: ShuttleClient, workflow_id: str, out: TextIO, as_json: bool) -> None:
+    for event in shuttle.history(workflow_id):
+        if as_json:
+            envelope = asdict(event)
+            envelope["timestamp"] = event.timestamp.isoformat() if event.timestamp else None
+            out.write(json.dumps(envelope, ensure_ascii=False) + "\n")
+        else:
+            out.write(f"{event.seq:>5}  {event.type:<26} {event.message}\n")
 
 
-def tasks(gateway: Gateway, out: TextIO, limit: int) -> None:
-    listed = gateway.call("GET", "/api/v1/tasks", params={"limit": limit})["tasks"]
+def tasks(shuttle: ShuttleClient, out: TextIO, limit: int) -> None:
+    listed = shuttle.list_tasks(limit)
     if not listed:
         out.write("no tasks yet\n")
     for task in listed:
-        query = task["query"].replace("\n", " ")
-        out.write(f"{task['workflow_id']}  {task['status']:<10} {query[:70]}\n")
+        query = task.query.replace("\n", " ")
+        out.write(f"{task.workflow_id}  {task.status:<10} {query[:70]}\n")
 
 
-def approve(gateway: Gateway, approval_id: str, deny: bool, comment: str, out: TextIO) -> None:
-    decision = "denied" if deny else "approved"
-    reply = gateway.call(
-        "POST", f"/api/v1/approvals/{approval_id}", json={"decision": decision, "comment": comment}
-    )
-    out.write(f"{approval_id}: {reply.get('status', decision)}\n")
+def approve(
+    shuttle: ShuttleClient, approval_id: str, deny: bool, comment: str, out: TextIO
+) -> None:
+    status = shuttle.decide_approval(approval_id, approve=not deny, comment=comment)
+    out.write(f"{approval_id}: {status}\n")

@@ -222,27 +222,35 @@ def parser() -> argparse.ArgumentParser:
 
 def client_command(settings: Settings, args: argparse.Namespace) -> int:
     from cli import client
+    from shuttle.client import ShuttleClient, ShuttleError
 
-    gateway = client.Gateway(args.gateway or settings.gateway_base_url, settings.api_key)
+    def lost(reason: str, last_seq: int) -> None:
+        print(f"(connection lost: {reason}; resuming after event {last_seq})", file=sys.stderr)
+
+    shuttle = ShuttleClient(
+        args.gateway or settings.gateway_base_url, settings.api_key, on_reconnect=lost
+    )
     try:
         if args.command == "run":
             view = client.LiveView()
-            client.run(gateway, args.query, view)
+            client.run(shuttle, args.query, view)
             failed = view.done is None or view.done.get("error") or view.done.get("cancelled")
             return 1 if failed else 0
         if args.command == "events":
-            client.events(gateway, args.workflow_id, sys.stdout, args.json)
+            client.events(shuttle, args.workflow_id, sys.stdout, args.json)
         elif args.command == "tasks":
-            client.tasks(gateway, sys.stdout, args.limit)
+            client.tasks(shuttle, sys.stdout, args.limit)
         elif args.command == "approve":
-            client.approve(gateway, args.approval_id, args.deny, args.comment, sys.stdout)
-    except client.CliError as exc:
+            client.approve(shuttle, args.approval_id, args.deny, args.comment, sys.stdout)
+    except ShuttleError as exc:
         print(f"shuttle {args.command}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         # Only the watching stops: the run goes on in the background.
         print("\nstopped watching; the task goes on", file=sys.stderr)
         return 130
+    finally:
+        shuttle.close()
     return 0
 
 

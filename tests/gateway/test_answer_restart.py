@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from cli.client import Gateway, LiveView, follow
+from cli.client import LiveView, follow
+from shuttle.client import ShuttleClient
 from shuttle.envelope import ANSWER_RESTARTED
 from shuttle.grpc_client import tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
@@ -140,7 +141,8 @@ def test_the_cli_drops_the_answer_it_showed(
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
     view = LiveView(out=out, err=err, live=live)
-    follow(Gateway(auth_stack.url, auth_stack.key_a), restarted, view)
+    with ShuttleClient(auth_stack.url, auth_stack.key_a) as shuttle:
+        follow(shuttle, restarted, view)
 
     assert view.done is not None and view.done["answer"] == WHOLE
     notes = err.getvalue().splitlines()
