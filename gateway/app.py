@@ -23,7 +23,7 @@ from gateway.edge.rate_limit import RateLimiter
 from gateway.edge.tickets import TicketSigner
 from gateway.errors import install_error_handlers
 from gateway.fanout import FanOut
-from gateway.routes import control, openai_compat, sessions, stream, tasks
+from gateway.routes import ag_ui, control, openai_compat, sessions, stream, tasks
 from gateway.routes.json_response import Utf8JSONResponse
 from gateway.routes.openapi import install_openapi
 from gateway.stores.db import create_schema
@@ -116,6 +116,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
     app.include_router(stream.router)
     app.include_router(control.router)
     app.include_router(openai_compat.router)
+    app.include_router(ag_ui.router)
     app.add_route(
         "/shuttle.v1.{service}/{method}",
         app.state.grpc_web.handle,

@@ -49,8 +49,8 @@ class TaskSpec:
     budget_tokens: int = 0
     context: dict[str, Any] = field(default_factory=dict)
     earlier: tuple[tuple[str, str], ...] = ()
-    """Earlier (role, content) messages the caller sent along (OpenAI style): they open a
-    new session as its first turns instead of joining a stored one."""
+    """Earlier (role, content) messages the caller sent along (OpenAI style, AG-UI): they
+    become the first turns of the session (`session_id`, or a new one)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -81,10 +81,15 @@ async def submit(
     owner: str,
     spec: TaskSpec,
     idempotency_key: str | None = None,
+    client_message_id: str | None = None,
 ) -> Submitted:
     try:
         reservation = await index.reserve(
-            tenant_id, idempotency_key, request_hash(spec.as_dict()), spec.query
+            tenant_id,
+            idempotency_key,
+            request_hash(spec.as_dict()),
+            spec.query,
+            client_message_id,
         )
     except KeyReuseError:
         raise ApiError(
@@ -153,7 +158,7 @@ async def _join_session(
 ) -> tuple[str, list[tuple[str, str]]]:
     """The run's session (created on first use, or new without an id) and its history."""
     if spec.earlier:
-        session_id = await sessions.open(tenant_id, "", spec.earlier[0][1])
+        session_id = await sessions.open(tenant_id, spec.session_id, spec.earlier[0][1])
         for user, answer in _pairs(spec.earlier):
             await sessions.add_turn(tenant_id, session_id, user, answer=answer)
     else:

@@ -49,6 +49,8 @@ tasks = Table(
     Column("workflow_id", StoredString(128), nullable=True),
     Column("query", StoredText, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, index=True),
+    # The id the client gave the message asking for the task (AG-UI), when it gave one.
+    Column("client_message_id", StoredString(128), nullable=True),
     UniqueConstraint("tenant_id", "idempotency_key", name="uq_gateway_tasks_idempotency"),
 )
 

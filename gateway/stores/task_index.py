@@ -42,6 +42,12 @@ class TaskEntry:
 
 
 @dataclass(frozen=True)
+class KeyedTask:
+    workflow_id: str
+    client_message_id: str | None
+
+
+@dataclass(frozen=True)
 class Reservation:
     row_id: int | None
     """Set when this request holds the key and must start the run."""
@@ -65,7 +71,12 @@ class TaskIndex:
         part-way: process killed, backend down) and is taken over by the next request."""
 
     async def reserve(
-        self, tenant_id: str, idempotency_key: str | None, digest: str, query: str
+        self,
+        tenant_id: str,
+        idempotency_key: str | None,
+        digest: str,
+        query: str,
+        client_message_id: str | None = None,
     ) -> Reservation:
         now = datetime.now(UTC)
         try:
@@ -77,6 +88,7 @@ class TaskIndex:
                         request_hash=digest,
                         query=query,
                         created_at=now,
+                        client_message_id=client_message_id,
                     )
                 )
                 (row_id,) = result.inserted_primary_key or (0,)
@@ -143,6 +155,20 @@ class TaskIndex:
         """Give the key back after the run failed to start, so a retry can try again."""
         async with self._engine.begin() as conn:
             await conn.execute(delete(tasks).where(*_held(reservation)))
+
+    async def keyed(self, tenant_id: str, idempotency_key: str) -> KeyedTask | None:
+        """The task the tenant's request with this Idempotency-Key started, if it has."""
+        async with self._engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(tasks.c.workflow_id, tasks.c.client_message_id).where(
+                        tasks.c.tenant_id == tenant_id,
+                        tasks.c.idempotency_key == idempotency_key,
+                        tasks.c.workflow_id.is_not(None),
+                    )
+                )
+            ).first()
+        return None if row is None else KeyedTask(row.workflow_id, row.client_message_id)
 
     async def recent(self, tenant_id: str, limit: int) -> list[TaskEntry]:
         async with self._engine.connect() as conn:

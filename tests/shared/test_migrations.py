@@ -28,7 +28,7 @@ from shuttle.migrations import Migrations, UnversionedSchema
 from tests.support.databases import EngineMaker, postgres_url, schema_engines  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
-HEADS = {EVENTS: "0004", GATEWAY: "0001", TOOLS: "0002"}
+HEADS = {EVENTS: "0004", GATEWAY: "0002", TOOLS: "0002"}
 ADOPTING = [GATEWAY, TOOLS]
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 # A row of each adopting component's, to see it survive the adoption.
@@ -129,6 +129,8 @@ async def described(engine: AsyncEngine, migrations: Migrations) -> dict[str, An
 # The tables `create_all` made of each adopting component's metadata before migrations,
 # which its `adopt_at` revision makes: tables added since came with their own revisions.
 BEFORE_MIGRATIONS = {GATEWAY: None, TOOLS: {"tool_audit", "tool_approvals"}}
+# Columns later revisions added to tables that existed before migrations.
+ADDED_SINCE = {GATEWAY: {"gateway_tasks": ("client_message_id",)}, TOOLS: {}}
 
 
 async def create_all(
@@ -138,6 +140,10 @@ async def create_all(
     tables = [t for t in migrations.metadata.sorted_tables if names is None or t.name in names]
     async with engine.begin() as conn:
         await conn.run_sync(lambda sync: migrations.metadata.create_all(sync, tables=tables))
+        if before_migrations:
+            for table, columns in ADDED_SINCE[migrations].items():
+                for column in columns:
+                    await conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
 
 
 async def table_names(engine: AsyncEngine) -> set[str]:

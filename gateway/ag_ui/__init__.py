@@ -1,0 +1,1 @@
+"""The workflow log spoken as AG-UI (the Agent-User Interaction protocol)."""
