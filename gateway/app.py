@@ -25,6 +25,7 @@ from gateway.errors import install_error_handlers
 from gateway.fanout import FanOut
 from gateway.routes import ag_ui, control, openai_compat, sessions, stream, tasks
 from gateway.routes.json_response import Utf8JSONResponse
+from gateway.routes.mcp_server import install_mcp
 from gateway.routes.openapi import install_openapi
 from gateway.stores.db import create_schema
 from gateway.stores.keys import KeyStore
@@ -48,8 +49,17 @@ CORS_HEADERS = [
     "grpc-timeout",
     "connect-protocol-version",
     "connect-timeout-ms",
+    "mcp-session-id",
+    "mcp-protocol-version",
 ]
-CORS_EXPOSED = ["grpc-status", "grpc-message", "grpc-status-details-bin", "retry-after", "location"]
+CORS_EXPOSED = [
+    "grpc-status",
+    "grpc-message",
+    "grpc-status-details-bin",
+    "retry-after",
+    "location",
+    "mcp-session-id",
+]
 
 
 def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
@@ -79,7 +89,8 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
                 "(set SHUTTLE_TICKET_SECRET to share one across replicas and restarts)"
             )
         try:
-            yield
+            async with app.state.mcp_sessions():
+                yield
         finally:
             await app.state.fanout.close()
             await app.state.backends.close()
@@ -117,6 +128,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
     app.include_router(control.router)
     app.include_router(openai_compat.router)
     app.include_router(ag_ui.router)
+    app.state.mcp_sessions = install_mcp(app)
     app.add_route(
         "/shuttle.v1.{service}/{method}",
         app.state.grpc_web.handle,
