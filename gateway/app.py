@@ -23,7 +23,15 @@ from gateway.edge.rate_limit import RateLimiter
 from gateway.edge.tickets import TicketSigner
 from gateway.errors import install_error_handlers
 from gateway.fanout import FanOut
-from gateway.routes import ag_ui, control, openai_compat, sessions, stream, tasks
+from gateway.routes import (
+    ag_ui,
+    control,
+    openai_compat,
+    openai_responses,
+    sessions,
+    stream,
+    tasks,
+)
 from gateway.routes.json_response import Utf8JSONResponse
 from gateway.routes.mcp_server import install_mcp
 from gateway.routes.openapi import install_openapi
@@ -127,6 +135,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
     app.include_router(stream.router)
     app.include_router(control.router)
     app.include_router(openai_compat.router)
+    app.include_router(openai_responses.router)
     app.include_router(ag_ui.router)
     app.state.mcp_sessions = install_mcp(app)
     app.add_route(

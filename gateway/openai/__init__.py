@@ -1,0 +1,1 @@
+"""OpenAI's shapes for Shuttle's runs, free of HTTP."""
