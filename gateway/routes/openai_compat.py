@@ -1,8 +1,13 @@
 """The OpenAI-compatible face: a task run as a chat completion, streamed or not.
 
-The last user message is the task; the messages before it open a new session as its earlier
-turns. `model` is `shuttle-auto` (the configured default) or a model the registry lists.
-Every reply carries the workflow id in `shuttle_workflow_id` and the session in
+The last user message is the task; system and developer messages become the run's
+instructions (its context). The messages before the task open a new session as its earlier
+turns, unless the request names a session: `shuttle_session_id` joins that one, and `user`
+joins the session an earlier call of that user's conversation opened when the messages
+repeat it (a follow-up). `model` is `shuttle-auto` (the configured default) or a model the
+registry lists. What Shuttle does not do is refused by name: client-side tools and
+functions, sampling parameters (the models file sets them), more than one choice. Every
+reply carries the workflow id in `shuttle_workflow_id` and the session in
 `shuttle_session_id`, fields OpenAI clients ignore, so a caller can follow the run on the
 task and session APIs too.
 """
@@ -23,6 +28,9 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from gateway.backends import Backends
 from gateway.edge.tenancy import CallerDep
 from gateway.errors import ApiError, from_grpc_status
+from gateway.openai.conversation import conversation_of
+from gateway.openai.refusals import OWN_TOOLS, SAMPLING, refuse_unsupported
+from gateway.openai.streamed_answer import AnswerDiverged, StreamedAnswer
 from gateway.routes.common import Clients, Index, Sessions
 from gateway.submit import TaskSpec, submit
 from shuttle.envelope import ANSWER_RESTARTED, type_name
@@ -61,6 +69,29 @@ class ChatCompletionRequest(BaseModel):
     messages: list[ChatMessageIn] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    user: str | None = Field(None, max_length=200)
+    shuttle_session_id: str | None = Field(None, max_length=128)
+
+
+REFUSED = {
+    "tools": OWN_TOOLS,
+    "tool_choice": OWN_TOOLS,
+    "functions": OWN_TOOLS,
+    "function_call": OWN_TOOLS,
+    "temperature": SAMPLING,
+    "top_p": SAMPLING,
+    "presence_penalty": SAMPLING,
+    "frequency_penalty": SAMPLING,
+    "logit_bias": SAMPLING,
+    "seed": SAMPLING,
+    "stop": SAMPLING,
+    "max_tokens": "output caps are set per model in Shuttle's models file",
+    "max_completion_tokens": "output caps are set per model in Shuttle's models file",
+    "logprobs": "Shuttle's answers carry no log probabilities",
+    "top_logprobs": "Shuttle's answers carry no log probabilities",
+    "n": "a run gives one answer; ask for n = 1",
+    "response_format": "ask for the format in the message; Shuttle's agent answers in text",
+}
 
 
 def model_names(settings: Settings) -> list[str]:
@@ -111,6 +142,7 @@ def check_bounds(body: ChatCompletionRequest, settings: Settings) -> None:
 
 def task_of(body: ChatCompletionRequest, settings: Settings) -> TaskSpec:
     check_bounds(body, settings)
+    refuse_unsupported(body.model_extra or {}, REFUSED)
     if body.model not in model_names(settings):
         raise ApiError(
             404,
@@ -122,15 +154,25 @@ def task_of(body: ChatCompletionRequest, settings: Settings) -> TaskSpec:
     if not query:
         raise ApiError(400, "invalid_request", "messages: a non-empty user message is required")
     model = "" if body.model == AUTO_MODEL else body.model
-    # The messages before the last user message become the new session's earlier turns.
-    # System, developer and tool messages are not carried: the agent has its own system
-    # prompt and runs its own tools.
+    # The messages before the last user message become the new session's earlier turns;
+    # system and developer messages are the caller's instructions to the agent. Tool
+    # messages are not carried: the agent runs its own tools.
     earlier = tuple(
         (m.role, text)
         for m in body.messages[:last]
         if m.role in ("user", "assistant") and (text := _text(m.content).strip())
     )
-    return TaskSpec(query=query, model=model, earlier=earlier)
+    instructions = "\n\n".join(
+        text
+        for m in body.messages
+        if m.role in ("system", "developer") and (text := _text(m.content).strip())
+    )
+    return TaskSpec(
+        query=query,
+        model=model,
+        earlier=earlier,
+        context={"instructions": instructions} if instructions else {},
+    )
 
 
 @router.get("/models", responses=OPENAI_ERRORS)
@@ -185,6 +227,7 @@ async def chat_completions(
 ) -> Any:
     """Run the last user message as a task and answer as a chat completion."""
     spec = task_of(body, request.app.state.settings)
+    spec = await conversation_of(body, spec, caller.tenant_id, clients, sessions)
     started = await submit(clients, index, sessions, caller.tenant_id, caller.key_id, spec)
     workflow_id = started.workflow_id
     base = {
@@ -231,62 +274,6 @@ async def chat_completions(
             "usage": usage,
         }
     )
-
-
-class AnswerDiverged(Exception):
-    """A restarted answer says something else than the part of it already streamed."""
-
-
-class StreamedAnswer:
-    """The answer as a stream has passed it on. Answer deltas are ephemeral: an events
-    service restart, or a reader that fell behind the hot tier, loses some for good. Deltas
-    are passed on until one is missing; the completed message then supplies the rest.
-
-    A run taken over mid-answer tells it again from index 0. What was sent cannot be taken
-    back, so the new telling is passed on only past what was sent, as long as it repeats
-    it; one that says something else raises AnswerDiverged."""
-
-    def __init__(self) -> None:
-        self.sent = ""
-        self._restarted = False
-        self._told = ""
-        """The current telling, as far as its deltas came in order."""
-        self._deltas = 0
-        self._gap = False
-
-    def delta(self, payload: dict[str, Any]) -> str:
-        """What to send of a THREAD_MESSAGE_DELTA: nothing from the first gap on."""
-        index = payload.get("index")
-        if isinstance(index, int) and index != self._deltas:
-            self._gap = True
-        if self._gap:
-            return ""
-        self._deltas += 1
-        self._told += str(payload.get("delta", ""))
-        if self.sent.startswith(self._told):
-            return ""  # a new telling, still repeating what was sent
-        return self._past_sent(self._told)
-
-    def restart(self) -> None:
-        """STATUS_UPDATE{kind: answer_restarted}: deltas from index 0 follow."""
-        self._restarted = True
-        self._told, self._deltas, self._gap = "", 0, False
-
-    def completed(self, payload: dict[str, Any]) -> str:
-        """What to send of THREAD_MESSAGE_COMPLETED: the answer past what was sent. Nothing
-        if the sent text is not its start (a synthesis that failed midway is answered with
-        the loop's own answer), since what was sent cannot be taken back; after a restart
-        that is AnswerDiverged."""
-        content = str(payload.get("content", ""))
-        if not content.startswith(self.sent) and not self._restarted:
-            return ""
-        return self._past_sent(content)
-
-    def _past_sent(self, text: str) -> str:
-        if not text.startswith(self.sent):
-            raise AnswerDiverged
-        rest, self.sent = text[len(self.sent) :], text
-        return rest
 
 
 LogEvents = AsyncGenerator[tuple[str, dict[str, Any]], None]

@@ -7,7 +7,8 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.routes.openai_compat import AnswerDiverged, StreamedAnswer, chat_usage
+from gateway.openai.streamed_answer import AnswerDiverged, StreamedAnswer
+from gateway.routes.openai_compat import chat_usage
 from tests.gateway.conftest import AuthStack
 
 pytestmark = pytest.mark.integration
