@@ -8,7 +8,10 @@
   // The key lasts as long as the tab (sessionStorage): localStorage would keep it on disk,
   // for any later script of this origin to read, so none is left there.
   localStorage.removeItem("shuttle.apiKey");
-  const state = { auth: "off", key: sessionStorage.getItem("shuttle.apiKey") || "", wf: null, source: null, lastSeq: 0, answer: "", tools: {}, ended: false, session: "" };
+  const state = { auth: "off", key: sessionStorage.getItem("shuttle.apiKey") || "", wf: null, source: null, lastSeq: 0, answer: "", tools: {}, approvals: {}, ended: false, session: "", tasks: [] };
+  // What the run has spent so far, from its LLM_OUTPUT and TOOL_OBSERVATION events.
+  const fresh = () => ({ tokens: 0, cost: 0, tools: 0, steps: 0, step: null });
+  let spent = fresh();
 
   function headers(extra) {
     const h = Object.assign({}, extra || {});
@@ -48,9 +51,40 @@
   }
   // A payload value as the text to show: strings as they are, anything else as JSON.
   const shown = (v) => (typeof v === "string" ? v : v === undefined || v === null ? "" : JSON.stringify(v, null, 2));
+  // Figures as people read them: "< $0.01", "1 tool call", "340 ms", "2.41 s".
+  const isNumber = (v) => typeof v === "number" && isFinite(v);
+  const plural = (n, one) => n + " " + one + (n === 1 ? "" : "s");
+  function money(usd) {
+    if (!isNumber(usd)) return "$" + shown(usd);
+    if (usd === 0) return "$0.00";
+    return usd < 0.01 ? "< $0.01" : "$" + usd.toFixed(2);
+  }
+  const duration = (ms) => (!isNumber(ms) ? shown(ms) + " ms" : ms < 1000 ? Math.round(ms) + " ms" : (ms / 1000).toFixed(2) + " s");
+  const at = (e) => Date.parse(e.timestamp || "");
+  const ENDED = ["completed", "failed", "cancelled"];
+  // Each control is enabled only while it can act: no Pause on a paused or finished run.
+  function setControls(status) {
+    const can = { pause: status === "running" || status === "pending", resume: status === "paused",
+      cancel: !ENDED.includes(status) };
+    document.querySelectorAll(".controls button").forEach((b) => { b.disabled = !can[b.dataset.action]; });
+    $("interrupt").disabled = $("interrupt-send").disabled = ENDED.includes(status);
+  }
   function setStatus(status) {
     const el = $("run-status");
     el.textContent = status; el.className = "status " + status;
+    setControls(status);
+  }
+  function showSpent() {
+    $("counters").textContent = plural(spent.tokens, "token") + " · " + money(spent.cost) + " · " +
+      plural(spent.tools, "tool call") + " · " + plural(spent.steps, "step");
+  }
+  // A step is one iteration of the agent: it ends when the next begins or the answer does.
+  function endStep(e) {
+    const step = spent.step;
+    if (!step) return;
+    spent.step = null;
+    const ms = at(e) - step.started;
+    step.li.querySelector(".took").textContent = isFinite(ms) ? " · " + duration(ms) : "";
   }
 
   // -- one event of the log onto the page ------------------------------------------------
@@ -60,60 +94,88 @@
     renderPending = true;
     requestAnimationFrame(() => { renderPending = false; const a = $("answer"); a.hidden = !state.answer; a.innerHTML = md.render(state.answer); });
   }
+  function toolCard(p) {
+    return item("tool running", node("details", {},
+      node("summary", {}, "Tool · " + shown(p.tool_name), node("span", { className: "took" })),
+      node("div", {}, "Arguments"), node("pre", { className: "args" }, shown(p.tool_args)),
+      node("div", { className: "obs" })));
+  }
   const handlers = {
     WORKFLOW_STARTED: (e) => { setStatus("running"); $("run-query").textContent = e.payload.query || ""; },
-    AGENT_THINKING: (e) => { if (e.payload.status === "done" && e.payload.reasoning) item("thinking", "Thought · " + shown(e.payload.reasoning)); },
-    TOOL_INVOKED: (e) => {
+    AGENT_THINKING: (e) => {
       const p = e.payload;
-      const li = item("tool running", node("details", {},
-        node("summary", {}, "Tool · " + shown(p.tool_name)), node("div", {}, "Arguments"),
-        node("pre", { className: "args" }, shown(p.tool_args)), node("div", { className: "obs" })));
-      state.tools[p.call_id || e.seq] = li;
+      if (p.status === "start") {
+        endStep(e);
+        spent.steps += 1;
+        const li = item("step", node("b", {}, "Step " + shown(p.iteration)), node("span", { className: "took" }));
+        spent.step = { li: li, started: at(e) };
+        showSpent();
+      } else if (p.status === "done" && p.reasoning) item("thinking", "Thought · " + shown(p.reasoning));
     },
+    LLM_OUTPUT: (e) => {
+      const usage = e.payload.usage || {};
+      if (isNumber(usage.total_tokens)) spent.tokens += usage.total_tokens;
+      if (isNumber(e.payload.cost_usd)) spent.cost += e.payload.cost_usd;
+      showSpent();
+    },
+    TOOL_INVOKED: (e) => { state.tools[e.payload.call_id || e.seq] = toolCard(e.payload); },
     TOOL_OBSERVATION: (e) => {
       const p = e.payload;
-      const li = state.tools[p.call_id] || item("tool", node("details", {},
-        node("summary", {}, "Tool · " + shown(p.tool_name)), node("div", { className: "obs" })));
+      const li = state.tools[p.call_id] || toolCard(p);
       li.classList.remove("running");
-      if (p.error) li.classList.add("error");
+      li.classList.add(p.error || p.blocked ? "error" : "done");
+      li.querySelector(".took").textContent = " · " + duration(p.duration_ms || 0);
       li.querySelector(".obs").replaceChildren(
-        node("div", {}, "Observation (" + shown(p.duration_ms || 0) + " ms)"),
+        node("div", {}, (p.error ? "Error" : "Observation") + " (" + duration(p.duration_ms || 0) + ")"),
         node("pre", { className: "observation" }, shown(p.result)));
+      spent.tools += 1;
+      showSpent();
     },
-    THREAD_MESSAGE_DELTA: (e) => { state.answer += shown(e.payload.delta); renderAnswer(); },
+    THREAD_MESSAGE_DELTA: (e) => { endStep(e); state.answer += shown(e.payload.delta); renderAnswer(); },
     // The run moved to another executor, which tells the answer again from its first delta.
     STATUS_UPDATE: (e) => { if (e.payload.kind === "answer_restarted") { state.answer = ""; renderAnswer(); item("notice", "— answer restarted —"); } },
-    THREAD_MESSAGE_COMPLETED: (e) => { state.answer = shown(e.payload.content) || state.answer; renderAnswer(); },
+    THREAD_MESSAGE_COMPLETED: (e) => { endStep(e); state.answer = shown(e.payload.content) || state.answer; renderAnswer(); },
     APPROVAL_REQUESTED: (e) => {
       const p = e.payload;
       const li = item("approval", "Approval needed for ", node("b", {}, shown(p.tool_name || "a tool")),
-        node("pre", {}, shown(p.tool_args || p.arguments || {})));
+        node("pre", {}, shown(p.tool_args || (p.details && p.details.arguments) || p.arguments || {})),
+        node("div", { className: "verdict" }));
       const id = p.approval_id;
+      state.approvals[shown(id)] = li;
       ["approved", "denied"].forEach((decision) => {
-        const b = document.createElement("button");
-        b.textContent = decision === "approved" ? "Approve" : "Deny";
-        b.className = decision === "approved" ? "" : "danger";
-        b.dataset.decision = decision;
+        const b = node("button", { className: decision === "approved" ? "" : "danger", dataset: { decision: decision } },
+          decision === "approved" ? "Approve" : "Deny");
         b.addEventListener("click", () => api("POST", "/api/v1/approvals/" + encodeURIComponent(id), { decision: decision })
           .then(() => { li.querySelectorAll("button").forEach((x) => { x.disabled = true; }); }).catch((err) => toast(err.message)));
         li.appendChild(b);
       });
     },
-    APPROVAL_DECISION: (e) => item("notice", "Approval " + shown(e.payload.decision || e.payload.status || "")),
+    APPROVAL_DECISION: (e) => {
+      const p = e.payload;
+      const card = state.approvals[shown(p.approval_id)];
+      if (card) {
+        card.querySelectorAll("button").forEach((x) => { x.disabled = true; });
+        card.querySelector(".verdict").textContent = "Decision: " + shown(p.decision || "");
+        card.classList.add("decided");
+      }
+      item("notice", "Approval " + shown(p.decision || p.status || ""));
+    },
     MESSAGE_RECEIVED: (e) => { if (e.payload.from === "user") item("notice", "Follow-up: " + shown(e.payload.content || e.message)); },
     WORKSPACE_UPDATED: (e) => { if (e.payload.kind === "compact") item("notice", "— context compacted —"); },
     WORKFLOW_PAUSED: () => setStatus("paused"),
     WORKFLOW_RESUMED: () => setStatus("running"),
-    WORKFLOW_CANCELLED: () => setStatus("cancelled"),
-    ERROR_OCCURRED: (e) => { item("notice", "Error: " + shown(e.payload.error_message || e.message)); if (e.payload.fatal) setStatus("failed"); },
+    WORKFLOW_CANCELLED: (e) => { endStep(e); setStatus("cancelled"); },
+    ERROR_OCCURRED: (e) => { item("notice", "Error: " + shown(e.payload.error_message || e.message)); if (e.payload.fatal) { endStep(e); setStatus("failed"); } },
     WORKFLOW_COMPLETED: (e) => {
       const p = e.payload;
+      endStep(e);
       setStatus("completed");
       if (!state.answer && p.result) { state.answer = shown(p.result); renderAnswer(); }
       const f = $("usage");
       f.hidden = false;
-      f.textContent = (p.total_tokens || 0) + " tokens (" + (p.input_tokens || 0) + " in, " + (p.output_tokens || 0) + " out) · $" +
-        Number(p.total_cost_usd || 0).toFixed(6) + " · " + ((p.duration_ms || 0) / 1000).toFixed(2) + " s · " + (p.tools_invoked || 0) + " tool calls";
+      f.textContent = shown(p.total_tokens || 0) + " tokens (" + shown(p.input_tokens || 0) + " in, " + shown(p.output_tokens || 0) + " out) · " +
+        money(isNumber(p.total_cost_usd) ? p.total_cost_usd : 0) + " · " + duration(p.duration_ms || 0) + " · " +
+        plural(isNumber(p.tools_invoked) ? p.tools_invoked : 0, "tool call");
     },
     STREAM_END: () => { state.ended = true; if (state.source) state.source.close(); loadTasks(); },
   };
@@ -143,7 +205,7 @@
     state.source = source;
     source.onmessage = null;
     const listen = (type) => source.addEventListener(type, (m) => onEvent(JSON.parse(m.data)));
-    Object.keys(handlers).concat(["AGENT_STARTED", "AGENT_COMPLETED", "LLM_OUTPUT", "WAITING"]).forEach(listen);
+    Object.keys(handlers).concat(["AGENT_STARTED", "AGENT_COMPLETED", "WAITING"]).forEach(listen);
     source.addEventListener("error", () => {
       // EventSource retries by itself unless the server refused (a ticket can expire):
       // then open a fresh one from the last seq seen.
@@ -152,8 +214,10 @@
   }
   function watch(wf) {
     if (state.source) state.source.close();
-    Object.assign(state, { wf: wf, lastSeq: 0, answer: "", tools: {}, ended: false, source: null });
+    Object.assign(state, { wf: wf, lastSeq: 0, answer: "", tools: {}, approvals: {}, ended: false, source: null });
+    spent = fresh();
     $("timeline").replaceChildren(); $("answer").hidden = true; $("answer").replaceChildren(); $("usage").hidden = true;
+    showSpent();
     $("run").hidden = false; $("run-id").textContent = wf; $("run-query").textContent = ""; setStatus("pending");
     if (location.hash !== "#" + wf) history.replaceState(null, "", "#" + wf);
     connect(wf);
@@ -162,11 +226,18 @@
   // -- forms and lists -------------------------------------------------------------------
   async function loadTasks() {
     try {
-      const data = await api("GET", "/api/v1/tasks?limit=20");
-      $("tasks").replaceChildren(...data.tasks.map((t) => node("li", {}, node("a", { href: "#" + shown(t.workflow_id) },
-        shown(t.query) + " ", node("span", { className: "status " + shown(t.status) }, shown(t.status))))));
+      state.tasks = (await api("GET", "/api/v1/tasks?limit=50")).tasks;
+      showTasks();
     } catch (err) { /* no key yet */ }
   }
+  // The run list, narrowed to the status picked above it.
+  function showTasks() {
+    const wanted = $("task-filter").value;
+    const shownTasks = state.tasks.filter((t) => !wanted || t.status === wanted);
+    $("tasks").replaceChildren(...shownTasks.map((t) => node("li", {}, node("a", { href: "#" + shown(t.workflow_id) },
+      shown(t.query) + " ", node("span", { className: "status " + shown(t.status) }, shown(t.status))))));
+  }
+  $("task-filter").addEventListener("change", showTasks);
   async function loadSessions() {
     try {
       const data = await api("GET", "/api/v1/sessions?limit=20");
@@ -192,6 +263,10 @@
     } catch (err) { toast(err.message); }
   });
   $("new-session").addEventListener("click", () => continueSession("", ""));
+  // Ctrl+Enter (Cmd+Enter on a Mac) runs the task; Enter alone is a new line.
+  $("query").addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); $("task-form").requestSubmit(); }
+  });
   $("task-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const query = $("query").value.trim();

@@ -29,29 +29,47 @@ def test_console_is_served_without_any_cdn(auth_stack: AuthStack) -> None:
 
 def test_console_runs_and_replays_a_task(auth_stack: AuthStack, browser_tools: Path) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shot = ARTIFACTS / "console.png"
-    shot.unlink(missing_ok=True)
-    result = drive("console", auth_stack.url, auth_stack.key_a, str(shot))
+    shots = [ARTIFACTS / "console-1280.png", ARTIFACTS / "console-390.png"]
+    for shot in shots:
+        shot.unlink(missing_ok=True)
+    result = drive("console", auth_stack.url, auth_stack.key_a, str(ARTIFACTS))
     assert result.get("pageErrors") is None
     assert result["cdnScripts"] == []
     assert "calculator" in result["toolSummary"]
     assert (result["toolOpenBefore"], result["toolOpenAfter"]) == (False, True)
     assert '"expression": "12*7"' in result["toolArgs"]
     assert result["toolObservation"] == "84"
+    assert result["toolDone"] and re.fullmatch(r" · \d+ ms", result["toolTook"])
     assert result["answerHtml"] == "<p>[demo model] 12*7 = 84</p>"
-    assert re.match(
-        r"\d+ tokens \(\d+ in, \d+ out\) · \$0\.000000 · [\d.]+ s · 1 tool calls", result["usage"]
-    )
+    # Figures for people: whole words, money rounded, one step per iteration with its time.
+    assert re.fullmatch(
+        r"\d+ tokens \(\d+ in, \d+ out\) · \$0\.00 · \d+ ms · 1 tool call", result["usage"]
+    ), result["usage"]
+    assert re.fullmatch(r"\d+ tokens · \$0\.00 · 1 tool call · 2 steps", result["counters"])
+    assert [re.sub(r"\d+ ms|[\d.]+ s", "T", s) for s in result["steps"]] == [
+        "Step 1 · T",
+        "Step 2 · T",
+    ]
     assert result["hash"] == "#" + result["workflowId"]
-    # The task has finished, so control is refused: the console shows the service's own words.
-    assert result["pauseToast"] == "409: workflow is completed; it cannot be paused"
-    assert "409: Interrupt refused: workflow is completed" in result["interruptToast"]
+    # The task has finished: no control applies, so none is offered.
+    assert result["disabled"] == [
+        ["pause", True],
+        ["resume", True],
+        ["cancel", True],
+        ["interrupt", True],
+        ["interrupt-send", True],
+    ]
     assert result["tasksListed"] >= 1
+    assert set(result["filtered_completed"]) == {"completed"}
+    assert set(result["filtered_running"]) <= {"running"}
+    assert result["narrowOverflow"] <= 0
     assert result["answerAfterReload"] == "[demo model] 12*7 = 84"
     assert result["toolsAfterReload"] == 1
-    # The conversation listed first is the one just run; continuing it adds a turn.
+    # The conversation listed first is the one just run; continuing it (Ctrl+Enter) adds a
+    # turn.
     assert result["sessionTurns"] == ["What is 12*7?", "What is 2*3?"]
-    assert shot.stat().st_size > 10_000
+    for shot in shots:
+        assert shot.stat().st_size > 10_000, shot
 
 
 # Markup that runs if any value reaches the page as HTML, in a text or an attribute context.

@@ -1,7 +1,7 @@
 // Drives Debian's Chromium through playwright-core for the gateway tests and prints one JSON
 // object on stdout. Usage:
 //   node drive.mjs grpc-web GATEWAY_URL API_KEY
-//   node drive.mjs console  GATEWAY_URL API_KEY SCREENSHOT_PATH
+//   node drive.mjs console  GATEWAY_URL API_KEY SCREENSHOT_DIR   (console-1280.png, console-390.png)
 //   node drive.mjs approvals GATEWAY_URL API_KEY   (a gateway whose calculator needs approval)
 //   node drive.mjs hostile GATEWAY_URL API_KEY WORKFLOW_ID   (a log whose fields hold markup)
 //   node drive.mjs restart GATEWAY_URL API_KEY WORKFLOW_ID   (a log the test appends to as
@@ -55,7 +55,7 @@ async function consoleScenario() {
   const browser = await launch();
   const out = {};
   try {
-    const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     page.on("pageerror", (err) => { out.pageErrors = [...(out.pageErrors || []), String(err)]; });
     await page.goto(gateway + "/");
     out.cdnScripts = await page.$$eval("script[src],link[href]", (els) =>
@@ -78,15 +78,24 @@ async function consoleScenario() {
     out.usage = await page.locator("#usage").innerText();
     out.workflowId = await page.locator("#run-id").innerText();
     out.hash = await page.evaluate(() => location.hash);
-    await page.click(".controls button[data-action=pause]");
-    await page.waitForSelector("#toast:not([hidden])");
-    out.pauseToast = await page.locator("#toast").innerText();
-    await page.fill("#interrupt", "also add 1");
-    await page.click("#interrupt-form button");
-    await page.waitForFunction(() => document.querySelector("#toast").innerText.includes("Interrupt"));
-    out.interruptToast = await page.locator("#toast").innerText();
+    out.toolDone = await tool.evaluate((li) => li.classList.contains("done"));
+    out.toolTook = await tool.locator(".took").innerText();
+    out.steps = await page.locator("#timeline li.step").allInnerTexts();
+    out.counters = await page.locator("#counters").innerText();
+    // A finished run: no control applies.
+    out.disabled = await page.evaluate(() => [...document.querySelectorAll(".controls button, #interrupt, #interrupt-send")]
+      .map((b) => [b.dataset.action || b.id, b.disabled]));
     out.tasksListed = await page.locator("#tasks li").count();
-    await page.screenshot({ path: screenshot, fullPage: true });
+    for (const status of ["completed", "running"]) {
+      await page.selectOption("#task-filter", status);
+      out["filtered_" + status] = await page.locator("#tasks li .status").allInnerTexts();
+    }
+    await page.selectOption("#task-filter", "");
+    await page.screenshot({ path: path.join(screenshot, "console-1280.png"), fullPage: true });
+    await page.setViewportSize({ width: 390, height: 844 });
+    out.narrowOverflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    await page.screenshot({ path: path.join(screenshot, "console-390.png"), fullPage: true });
+    await page.setViewportSize({ width: 1280, height: 900 });
     await page.reload();
     await page.waitForSelector("#run-status.completed", { timeout: 60000 });
     await page.waitForSelector("#answer:not([hidden])");
@@ -99,7 +108,7 @@ async function consoleScenario() {
     await listed.click();
     await page.waitForSelector("#session-note:not([hidden])");
     await page.fill("#query", "What is 2*3?");
-    await page.click("#submit");
+    await page.press("#query", process.platform === "darwin" ? "Meta+Enter" : "Control+Enter");
     await page.waitForFunction((id) => location.hash !== "#" + id, out.workflowId);
     await page.waitForSelector("#run-status.completed", { timeout: 60000 });
     out.sessionTurns = await page.evaluate(async ([id, key]) => {
