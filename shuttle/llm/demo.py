@@ -63,6 +63,9 @@ class DemoModel:
     def with_observer(self, observer: RetryObserver | None) -> DemoModel:
         return self  # nothing to retry: no network
 
+    def with_deadline(self, deadline: float | None) -> DemoModel:
+        return self  # it answers at once
+
     async def chat(
         self,
         messages: Sequence[Message],

@@ -52,6 +52,9 @@ class TracedLLM:
     def with_observer(self, observer: RetryObserver | None) -> LLM:
         return TracedLLM(self._inner.with_observer(observer))
 
+    def with_deadline(self, deadline: float | None) -> LLM:
+        return TracedLLM(self._inner.with_deadline(deadline))
+
     async def chat(
         self,
         messages: Sequence[Message],
