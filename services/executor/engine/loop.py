@@ -25,7 +25,8 @@ from services.executor.policies.context_guard import ContextGuard, Situation
 from services.executor.policies.control import Checkpoints, RunControl
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolDefinition, ToolPort, ToolSelector
-from shuttle.llm.protocol import LLM
+from shuttle.llm.protocol import LLM, FallbackNotice, FeatureUnsupported
+from shuttle.llm.retry_events import fallback_event
 from shuttle.usage import TokenUsage
 
 ANSWER_NEAR = frozenset({Stage.ACT, Stage.FINAL, Stage.ANSWER})
@@ -178,6 +179,7 @@ class _RunLoop:
         self.ctx = ctx
         self.state = state
         self.mode = progress.mode_of(state)
+        self.tools = tools
         self.schemas = self.mode.tool_schemas(tools)
         self.runner = ToolRunner(
             agent.tools, agent.reporter, ctx, [t.name for t in tools], settings.tool_timeout_seconds
@@ -213,7 +215,13 @@ class _RunLoop:
 
     async def _think(self) -> None:
         state = self.state
-        response = await self.agent.llm.chat(state.conversation.messages, self.schemas)
+        try:
+            response = await self.agent.llm.chat(state.conversation.messages, self.schemas)
+        except FeatureUnsupported as refused:
+            if refused.feature != "tools" or not state.native:
+                raise
+            await self._to_json_mode(str(refused))
+            return  # the same call again, with JSON actions
         await self._account(response.usage)
         await self.reporter.llm_output(self.ctx.agent_id, response, phase="tool_loop")
         state.response = response
@@ -264,6 +272,14 @@ class _RunLoop:
     async def _interrupts(self) -> None:
         await self._take_interrupts()
         progress.next_iteration(self.state, self.max_iterations)
+
+    async def _to_json_mode(self, why: str) -> None:
+        llm = self.agent.llm
+        notice = FallbackNotice(llm.model, "tools", "json_mode", why)
+        await self.reporter.emit(fallback_event(notice, self.ctx.agent_id))
+        progress.to_json_mode(self.state, self.tools, self.ctx)
+        self.mode = progress.mode_of(self.state)
+        self.schemas = self.mode.tool_schemas(self.tools)
 
     async def _account(self, usage: TokenUsage) -> None:
         self.state.usage += usage
