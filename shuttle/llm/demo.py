@@ -59,6 +59,7 @@ class DemoModel:
     provider = "demo"
     supports_tools = True
     abilities = Abilities(tool_call=True, tool_choice=False, json_mode=False, streaming=True)
+    context_size: int | None = None
 
     def with_observer(self, observer: RetryObserver | None) -> DemoModel:
         return self  # nothing to retry: no network

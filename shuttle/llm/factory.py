@@ -115,7 +115,7 @@ def _from_spec(
         abilities=spec.abilities.to_abilities(),
         stated=spec.stated_abilities,
         prices=spec.prices,
-        context_size=spec.context_size,
+        context_size=spec.context_size if "context_size" in spec.model_fields_set else None,
         max_output_tokens=spec.max_output_tokens or settings.llm_max_output_tokens,
         retry=policy,
         timeout_seconds=timeout,

@@ -83,7 +83,8 @@ class ModelOptions:
     """The registry name (what `model_hint` refers to); empty means the wire model."""
     abilities: Abilities = DEFAULT_ABILITIES
     prices: Prices = field(default_factory=Prices)
-    context_size: int = 128_000
+    context_size: int | None = None
+    """The context window in tokens, when the models file gives it."""
     stated: frozenset[str] = frozenset()
     """The abilities the models file states: what the endpoint is found to refuse does not
     change them."""
@@ -155,6 +156,10 @@ class OpenAIModel:
         if "response_format" in refused and "json_mode" not in stated:
             abilities = replace(abilities, json_mode=False)
         return abilities
+
+    @property
+    def context_size(self) -> int | None:
+        return self._options.context_size
 
     @property
     def options(self) -> ModelOptions:

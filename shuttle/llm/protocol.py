@@ -131,6 +131,11 @@ class LLM(Protocol):
     @property
     def abilities(self) -> Abilities: ...
 
+    @property
+    def context_size(self) -> int | None:
+        """The model's context window in tokens, when configured; None: not known."""
+        ...
+
     async def chat(
         self,
         messages: Sequence[Message],

@@ -1,5 +1,6 @@
 """Servers that lack a feature: an endpoint that refuses `tools` gets JSON actions from the
-same step on (and for the rest of the process), and the run's log says so and replays."""
+same step on (and for the rest of the process); a context overflow is compacted away and the
+call made again. The run's log says so, and replays."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from services.executor.engine.json_actions import JSON_SYSTEM_PROMPT
 from services.executor.engine.state import Stage
+from services.executor.policies.context_guard import COMPACT_PROMPT
 from shuttle.llm.openai_model import OpenAIModel
 from tests.executor.conftest import Backends, agent_defaults, first, of_type, types_of
 from tests.executor.live_runs import LiveAgent, folded, recorded
@@ -86,3 +88,50 @@ async def test_the_switch_to_json_actions_replays_from_the_log(
     upto = await folded(backends, [e for e in events if e.seq <= switched.seq], settings, run.ctx)
     assert upto.agent is not None and not upto.agent.state.native
     assert upto.agent.state.conversation.messages[0]["content"].startswith(JSON_PROMPT_OPENING)
+
+
+def overflowing_once(script: AgentModel, at_call: int) -> Handler:
+    """llama.cpp's overflow answer to the `at_call`th loop call, then the script's replies."""
+    calls = 0
+
+    def handle(body: dict[str, Any]) -> Reply:
+        nonlocal calls
+        loop_call = not body.get("stream") and not is_summary(body)
+        calls += loop_call
+        if loop_call and calls == at_call:
+            return error(400, "the request exceeds the available context size, try increasing it")
+        return script(body)
+
+    return handle
+
+
+def is_summary(body: dict[str, Any]) -> bool:
+    return str(body["messages"][0].get("content", "")).startswith(COMPACT_PROMPT)
+
+
+async def test_a_context_overflow_compacts_and_calls_again(
+    backends: Backends, model: ScriptedOpenAI
+) -> None:
+    settings = replace(agent_defaults(), tool_timeout_seconds=10, compact_keep_recent=2, **QUIET)
+    run = LiveAgent(backends, settings, "Add them up")
+    script = AgentModel(
+        calc("1+2"), calc("3+4"), calc("5+6"), answer("3, 7 and 11."), synthesis="3, 7, 11."
+    )
+    final = await run.run(model, overflowing_once(script, at_call=4))
+
+    assert final.stage is Stage.DONE and final.answer == "3, 7, 11."
+    events = await recorded(backends, run.workflow_id)
+    kinds = [e.type for e in events]
+    assert "ERROR_OCCURRED" not in kinds
+    assert len(script.summary_calls) == 1
+    compacted = next(e for e in events if e.type == "WORKSPACE_UPDATED")
+    assert compacted.get("kept_messages") < compacted.get("original_messages")
+    loop_requests = [r for r in model.requests if not r.get("stream") and not is_summary(r)]
+    refused, retried = loop_requests[3]["messages"], loop_requests[4]["messages"]
+    assert len(retried) < len(refused)
+    assert retried[1]["content"] == "Add them up"  # the query is pinned
+    # The compaction came between the call's AGENT_THINKING{start} and its LLM_OUTPUT.
+    starts = [i for i, e in enumerate(events) if e.type == "AGENT_THINKING"]
+    assert starts[-2] < kinds.index("WORKSPACE_UPDATED")
+    recovery = await folded(backends, events, run.settings, run.ctx)
+    assert recovery.agent is not None and recovery.agent.state == final

@@ -121,7 +121,7 @@ class AgentFold:
             state.response = chat_result(event.payload)
             state.stage = Stage.DECIDED
         elif phase == "compact":
-            self._advance(event, Stage.CALL)
+            self._advance(event, Stage.CALL, Stage.THINKING)  # THINKING: after an overflow
         else:
             self._advance(event, Stage.ANSWER)
             state.usage += usage
@@ -130,7 +130,7 @@ class AgentFold:
         state.budget.charge(usage.total_tokens)
 
     def _compacted(self, event: Recorded) -> None:
-        self._advance(event, Stage.CALL)
+        self._advance(event, Stage.CALL, Stage.THINKING)
         conversation = self.state.conversation
         conversation.replace(relaid(conversation.entries, list(event.get("entries") or ())))
 
