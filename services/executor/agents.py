@@ -9,9 +9,11 @@ from dataclasses import dataclass, field, replace
 
 from services.executor.commands.feed import RunReceiver
 from services.executor.dag.control import TeamControl
+from services.executor.dag.deadline import answer_team
 from services.executor.dag.ports import DagPlanner, ModelPicker, PlanningFailed
 from services.executor.dag.steps import StepAgents, StepLimits
 from services.executor.dag.team import TeamRun, TeamSettings
+from services.executor.engine.deadline import RunDeadline, answer_agent
 from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import RunContext
@@ -19,7 +21,6 @@ from services.executor.log.reporter import RunReporter
 from services.executor.ports import ClaimedRun, RunRequest, ToolDefinition, ToolPort, ToolSelector
 from services.executor.recovery.records import monotonic_since
 from services.executor.recovery.run import RunRecovery, Tuning
-from services.executor.timeouts import RunDeadline, answer_agent, answer_team
 from shuttle.llm.protocol import LLM
 from shuttle.llm.retry_events import RetryReporter
 from shuttle.metrics import RUN_ITERATIONS

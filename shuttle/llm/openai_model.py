@@ -226,7 +226,7 @@ class OpenAIModel:
                 tool_calls=calls,
                 reasoning_content=reasoning_of(message),
                 finish_reason=text_of(choice.get("finish_reason")),
-                usage=self._priced(usage),
+                usage=self.priced(usage),
                 model=text_of(response.get("model")) or model,
                 provider=self.provider,
                 duration_ms=int((time.monotonic() - started) * 1000),
@@ -267,7 +267,7 @@ class OpenAIModel:
             stream=stream,
         )
 
-    def _priced(self, usage: TokenUsage) -> TokenUsage:
+    def priced(self, usage: TokenUsage) -> TokenUsage:
         return replace(usage, cost_usd=self._options.prices.cost(usage))
 
     def _attempt_timeout(self) -> float:
@@ -336,7 +336,7 @@ class OpenAIModel:
                 endpoint.model = page.data[0].id
         return endpoint.model
 
-    async def _open_stream(
+    async def open_stream(
         self, messages: Sequence[Message], tools: Sequence[ToolSchema]
     ) -> tuple[str, openai.AsyncStream[Any]]:
         model = await self._resolved_model()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
 
 import openai
 
-from shuttle.llm.protocol import ChatResult, LLMError, Message, ToolSchema
+from shuttle.llm.protocol import Abilities, ChatResult, LLMError, Message, ToolSchema
 from shuttle.llm.wire import (
     ToolCallAccumulator,
     encodable,
@@ -20,8 +20,27 @@ from shuttle.llm.wire import (
 from shuttle.usage import TokenUsage
 from shuttle.utf8 import StreamedText
 
-if TYPE_CHECKING:
-    from shuttle.llm.openai_model import OpenAIModel
+
+class StreamingModel(Protocol):
+    """What a stream needs of the model that opens it (OpenAIModel)."""
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def abilities(self) -> Abilities: ...
+
+    async def chat(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema]
+    ) -> ChatResult: ...
+
+    async def open_stream(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema]
+    ) -> tuple[str, openai.AsyncStream[Any]]: ...
+
+    def priced(self, usage: TokenUsage) -> TokenUsage: ...
+
+    def estimated_usage(self, messages: Sequence[Message], output: str) -> TokenUsage: ...
 
 
 class OpenAIChatStream:
@@ -31,7 +50,9 @@ class OpenAIChatStream:
     an error rather than a silent restart that would repeat it.
     """
 
-    def __init__(self, llm: OpenAIModel, messages: list[Message], tools: list[ToolSchema]) -> None:
+    def __init__(
+        self, llm: StreamingModel, messages: list[Message], tools: list[ToolSchema]
+    ) -> None:
         self._llm = llm
         self._messages = messages
         self._tools = tools
@@ -51,7 +72,7 @@ class OpenAIChatStream:
                 yield self._result.content
             return
         started = time.monotonic()
-        model, stream = await self._llm._open_stream(self._messages, self._tools)
+        model, stream = await self._llm.open_stream(self._messages, self._tools)
         parts: list[str] = []
         answer = StreamedText()
         reasoning: list[str] = []
@@ -94,7 +115,7 @@ class OpenAIChatStream:
                 tool_calls=tool_calls,
                 reasoning_content="".join(reasoning),
                 finish_reason=finish_reason,
-                usage=self._llm._priced(usage),
+                usage=self._llm.priced(usage),
                 model=model,
                 provider=self._llm.provider,
                 duration_ms=int((time.monotonic() - started) * 1000),

@@ -1,5 +1,6 @@
 """The run deadline: a run past SHUTTLE_RUN_TIMEOUT_SECONDS stops where it stands and ends
-with an answer made from what it has, after ERROR_OCCURRED{TIMEOUT, fatal: false}.
+with an answer made from what it has, after ERROR_OCCURRED{TIMEOUT, fatal: false}. (A
+team's answer then: dag/deadline.py.)
 
 The deadline counts from the run's start (WORKFLOW_STARTED), so a run taken over by another
 executor keeps the deadline it had.
@@ -13,8 +14,6 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from services.executor.dag.state import TeamState
-from services.executor.dag.synthesis import SYNTHESIS_AGENT
 from services.executor.engine.answer import stream_answer
 from services.executor.engine.state import LoopState, RunContext, Stage
 from services.executor.engine.synthesis import fallback_answer
@@ -104,20 +103,3 @@ async def answer_agent(
         ctx.agent_id, state.answer, state.usage, duration_ms, state.iteration
     )
     state.stage = Stage.DONE
-
-
-async def answer_team(reporter: RunReporter, state: TeamState) -> str:
-    """A team stopped by the deadline answers with its draft, else its steps' results."""
-    if state.answered:
-        return state.answer
-    records = [*state.outcomes, *state.round_outcomes.values()]
-    found = [f"- {r.step.task}: {r.result}" for r in records if r.ran and not r.failed]
-    if state.draft.strip():
-        answer = state.draft.strip()
-    elif found:
-        answer = "The task ran out of time. What its steps found:\n" + "\n".join(found)
-    else:
-        answer = "The task ran out of time before any of its steps finished."
-    await reporter.answer_completed(SYNTHESIS_AGENT, answer, 0)
-    state.answer, state.answered = answer, True
-    return answer
