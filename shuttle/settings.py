@@ -26,6 +26,7 @@ from .paced_signal import DEFAULT_SECONDS_PER_WAITER, SECONDS_PER_SSE_CLIENT
 DEFAULT_PORTS = {"events": 50051, "tools": 50052, "planner": 50053, "executor": 50054}
 DEFAULT_GATEWAY_PORT = 8080
 DEFAULT_MAX_BUDGET_TOKENS = 10_000_000
+DEFAULT_MAX_OUTPUT_TOKENS = 1024
 
 
 class AuthMode(StrEnum):
@@ -182,6 +183,11 @@ class Settings(BaseSettings):
     # OPENAI_BASE_URL when set.
     models_file: Path | None = None
     llm_timeout_seconds: float = Field(120.0, gt=0)
+    # The output cap sent as `max_tokens` with every call (a models file's
+    # `max_output_tokens` wins). Without one, a small model that rambles writes until its
+    # context is full and its call times out; 1024 tokens hold any tool call, JSON action or
+    # a page of answer, and take under a minute even at a CPU model's 20 tokens a second.
+    llm_max_output_tokens: int = Field(DEFAULT_MAX_OUTPUT_TOKENS, ge=1)
     llm_max_retries: int = Field(2, ge=0, le=10)
     llm_retry_base_seconds: float = Field(0.5, ge=0)
     llm_retry_max_seconds: float = Field(60.0, ge=0)
@@ -190,6 +196,10 @@ class Settings(BaseSettings):
     llm_http_client: Literal["aiohttp", "httpx"] = "aiohttp"
 
     max_iterations: int = Field(50, ge=1, le=1000)
+    # How long a run may take, from WORKFLOW_STARTED (a run taken over keeps its deadline).
+    # Past it the run stops where it stands and answers from what it has found: a model that
+    # never settles costs ten minutes, not an executor slot for good.
+    run_timeout_seconds: float = Field(600.0, gt=0)
     tool_timeout_seconds: float = Field(30.0, gt=0)
 
     # ReAct engine defaults for every agent of this deployment (each run may override some).

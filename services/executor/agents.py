@@ -9,9 +9,11 @@ from dataclasses import dataclass, field, replace
 
 from services.executor.commands.feed import RunReceiver
 from services.executor.dag.control import TeamControl
+from services.executor.dag.deadline import answer_team
 from services.executor.dag.ports import DagPlanner, ModelPicker, PlanningFailed
 from services.executor.dag.steps import StepAgents, StepLimits
 from services.executor.dag.team import TeamRun, TeamSettings
+from services.executor.engine.deadline import RunDeadline, answer_agent
 from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import RunContext
@@ -91,10 +93,13 @@ class RunAgents:
         ctx: RunContext,
         reporter: RunReporter,
         recovery: RunRecovery | None,
+        started: float,
     ) -> Finished:
+        """`started`: when the run started (monotonic clock), which its deadline counts from."""
+        deadline = RunDeadline.from_start(started, self.settings.run_timeout_seconds)
         if mode == "COMPLEX":
-            return await self._team(run, ctx, reporter, recovery)
-        return await self._react(run, mode, ctx, reporter, recovery)
+            return await self._team(run, ctx, reporter, recovery, deadline)
+        return await self._react(run, mode, ctx, reporter, recovery, deadline)
 
     async def _react(
         self,
@@ -103,9 +108,11 @@ class RunAgents:
         ctx: RunContext,
         reporter: RunReporter,
         recovery: RunRecovery | None,
+        deadline: RunDeadline,
     ) -> Finished:
+        llm = run.llm.with_observer(RetryReporter(reporter.emit, ctx.agent_id))
         agent = ReActAgent(
-            run.llm.with_observer(RetryReporter(reporter.emit, ctx.agent_id)),
+            llm.with_deadline(deadline.at),
             self.tools,
             reporter,
             self.settings_for(run.request, mode),
@@ -116,11 +123,18 @@ class RunAgents:
         run.usage = lambda: agent.usage
         catalog = await run.catalog
         record = recovery.agent if recovery is not None else None
+        query = run.request.query if record is None else record.prompt
         if record is None:
-            result = await agent.run(run.request.query, ctx, catalog=catalog)
+            ran = await deadline.run(agent.run(query, ctx, catalog=catalog))
         else:
             started = monotonic_since(record.started_at)
-            result = await agent.resume(record.state, record.prompt, ctx, catalog, started)
+            ran = await deadline.run(agent.resume(record.state, query, ctx, catalog, started))
+        if ran is None:
+            await deadline.report(reporter, ctx.agent_id)
+            result = agent.state or agent.new_state(ctx.agent_id)
+            await answer_agent(llm, reporter, query, ctx, result, deadline)
+        else:
+            result = ran
         RUN_ITERATIONS.observe(result.iteration)
         return Finished(result.answer, result.usage, 1, len(result.steps), result.iteration)
 
@@ -130,6 +144,7 @@ class RunAgents:
         ctx: RunContext,
         reporter: RunReporter,
         recovery: RunRecovery | None,
+        deadline: RunDeadline,
     ) -> Finished:
         if self.planner is None:
             raise PlanningFailed("this executor has no planner for mode COMPLEX")
@@ -165,7 +180,18 @@ class RunAgents:
             started=started_at(recovery),
         )
         run.usage = lambda: team.usage
-        result = await team.run(list(await run.catalog))
+        result = await deadline.run(team.run(list(await run.catalog)))
+        if result is None:
+            await deadline.report(reporter)
+            answer = await answer_team(reporter, team.state)
+            state = team.state
+            return Finished(
+                answer,
+                team.usage,
+                sum(1 for o in state.outcomes if o.ran),
+                sum(o.tool_calls for o in state.outcomes),
+                state.round,
+            )
         return Finished(
             result.answer, result.usage, result.agents_used, result.tools_invoked, result.rounds
         )

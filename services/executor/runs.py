@@ -290,7 +290,7 @@ class RunManager:
                     route.estimated_complexity,
                     self._leasing.owner if self._leasing is not None else "",
                 )
-            result = await self._agents.drive(run, route.mode, ctx, reporter, recovery)
+            result = await self._agents.drive(run, route.mode, ctx, reporter, recovery, started)
             await reporter.workflow_completed(
                 result.answer,
                 int((time.monotonic() - started) * 1000),

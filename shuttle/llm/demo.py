@@ -59,9 +59,13 @@ class DemoModel:
     provider = "demo"
     supports_tools = True
     abilities = Abilities(tool_call=True, tool_choice=False, json_mode=False, streaming=True)
+    context_size: int | None = None
 
     def with_observer(self, observer: RetryObserver | None) -> DemoModel:
         return self  # nothing to retry: no network
+
+    def with_deadline(self, deadline: float | None) -> DemoModel:
+        return self  # it answers at once
 
     async def chat(
         self,

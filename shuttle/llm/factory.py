@@ -88,6 +88,7 @@ def build_registry(settings: Settings) -> ModelRegistry:
             abilities=DEFAULT_ABILITIES,
             retry=policy,
             timeout_seconds=settings.llm_timeout_seconds,
+            max_output_tokens=settings.llm_max_output_tokens,
             http_client=settings.llm_http_client,
         ),
     )
@@ -112,9 +113,10 @@ def _from_spec(
     options = ModelOptions(
         name=spec.name,
         abilities=spec.abilities.to_abilities(),
+        stated=spec.stated_abilities,
         prices=spec.prices,
-        context_size=spec.context_size,
-        max_output_tokens=spec.max_output_tokens,
+        context_size=spec.context_size if "context_size" in spec.model_fields_set else None,
+        max_output_tokens=spec.max_output_tokens or settings.llm_max_output_tokens,
         retry=policy,
         timeout_seconds=timeout,
         http_client=settings.llm_http_client,

@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 import openai
 
+from shuttle.llm.openai_stream import OpenAIChatStream
 from shuttle.llm.protocol import (
     Abilities,
     ChatResult,
     ContextOverflowError,
+    DeadlineExceeded,
+    FallbackNotice,
+    Feature,
+    FeatureUnsupported,
     LLMError,
     Message,
     ResponseFormat,
@@ -27,13 +31,13 @@ from shuttle.llm.protocol import (
     ToolChoice,
     ToolSchema,
 )
+from shuttle.llm.provider_errors import connection_failure, is_context_overflow, refused_feature
 from shuttle.llm.registry import Prices
 from shuttle.llm.retry import Retrier, RetryPolicy
 from shuttle.llm.tokens import estimate_message_tokens, estimate_tokens
 from shuttle.llm.wire import (
     JSON_HEADERS,
     ChatRequest,
-    ToolCallAccumulator,
     encodable,
     mapping,
     reasoning_of,
@@ -41,27 +45,17 @@ from shuttle.llm.wire import (
     tool_calls_of,
     usage_of,
 )
+from shuttle.settings import DEFAULT_MAX_OUTPUT_TOKENS
 from shuttle.usage import TokenUsage
-from shuttle.utf8 import StreamedText
 
 T = TypeVar("T")
 
 DEFAULT_ABILITIES = Abilities(tool_call=True, tool_choice=True, json_mode=True, streaming=True)
 """What an endpoint named only by OPENAI_BASE_URL is assumed to support."""
 
-# How providers word "the prompt is too long" (OpenAI, vLLM, llama.cpp, Ollama, Anthropic-compat).
-_OVERFLOW = re.compile(
-    r"context[_ ]length[_ ]exceeded|maximum context length|context window|"
-    r"prompt is too long|too many tokens|exceeds? the (?:model's )?(?:max|context)",
-    re.IGNORECASE,
-)
 
-
-def is_context_overflow(exc: BaseException) -> bool:
-    if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (400, 413, 422):
-        return False
-    code = getattr(exc, "code", None)
-    return code == "context_length_exceeded" or bool(_OVERFLOW.search(str(exc)))
+_REFUSED_BY_ENDPOINT: dict[tuple[str, str], set[Feature]] = {}
+"""What each endpoint (base URL, model) refused, for the rest of the process."""
 
 
 @dataclass
@@ -89,8 +83,13 @@ class ModelOptions:
     """The registry name (what `model_hint` refers to); empty means the wire model."""
     abilities: Abilities = DEFAULT_ABILITIES
     prices: Prices = field(default_factory=Prices)
-    context_size: int = 128_000
-    max_output_tokens: int | None = None
+    context_size: int | None = None
+    """The context window in tokens, when the models file gives it."""
+    stated: frozenset[str] = frozenset()
+    """The abilities the models file states: what the endpoint is found to refuse does not
+    change them."""
+    max_output_tokens: int | None = DEFAULT_MAX_OUTPUT_TOKENS
+    """Sent as `max_tokens` with every call; None sends none (the endpoint's own limit)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout_seconds: float = 120.0
     http_client: HttpClientKind = "aiohttp"
@@ -128,6 +127,7 @@ class OpenAIModel:
         )
         self._endpoint = _Endpoint(client, model)
         self._observer: RetryObserver | None = None
+        self._deadline: float | None = None
 
     # -- the LLM port ------------------------------------------------------------------------
 
@@ -141,11 +141,25 @@ class OpenAIModel:
 
     @property
     def supports_tools(self) -> bool:
-        return self._options.abilities.tool_call
+        return self.abilities.tool_call
 
     @property
     def abilities(self) -> Abilities:
-        return self._options.abilities
+        """The configured abilities, less what the endpoint refused (unless stated)."""
+        abilities = self._options.abilities
+        refused = _REFUSED_BY_ENDPOINT.get(self._endpoint_key())
+        if not refused:
+            return abilities
+        stated = self._options.stated
+        if "tools" in refused and "tool_call" not in stated:
+            abilities = replace(abilities, tool_call=False, tool_choice=False)
+        if "response_format" in refused and "json_mode" not in stated:
+            abilities = replace(abilities, json_mode=False)
+        return abilities
+
+    @property
+    def context_size(self) -> int | None:
+        return self._options.context_size
 
     @property
     def options(self) -> ModelOptions:
@@ -155,6 +169,12 @@ class OpenAIModel:
         view = object.__new__(OpenAIModel)
         view.__dict__.update(self.__dict__)
         view._observer = observer
+        return view
+
+    def with_deadline(self, deadline: float | None) -> OpenAIModel:
+        view = object.__new__(OpenAIModel)
+        view.__dict__.update(self.__dict__)
+        view._deadline = deadline
         return view
 
     async def chat(
@@ -168,15 +188,26 @@ class OpenAIModel:
         model = await self._resolved_model()
         body = self._request(model, messages, tools, tool_choice, response_format).body()
         started = time.monotonic()
-        response: Any = await self._call(
-            model,
-            lambda: self._endpoint.client.post(
-                "/chat/completions",
-                cast_to=object,  # the parsed JSON (see shuttle.llm.wire)
-                content=body,
-                options={"headers": JSON_HEADERS},
-            ),
-        )
+        sent = _features(tools, response_format)
+        try:
+            response: Any = await self._call(
+                model,
+                lambda: self._endpoint.client.post(
+                    "/chat/completions",
+                    cast_to=object,  # the parsed JSON (see shuttle.llm.wire)
+                    content=body,
+                    options={"headers": JSON_HEADERS, "timeout": self._attempt_timeout()},
+                ),
+                sent,
+            )
+        except FeatureUnsupported as refused:
+            if refused.feature != "response_format":
+                raise
+            # The same call as plain text: every caller of JSON mode parses text too.
+            await self._fell_back(
+                FallbackNotice(model, "response_format", "plain_text", str(refused))
+            )
+            return await self.chat(messages, tools, tool_choice=tool_choice)
         choices = mapping(response).get("choices")
         if not isinstance(choices, list) or not choices:
             raise LLMError(f"{model}: the response has no choices: {_excerpt(response)}")
@@ -195,7 +226,7 @@ class OpenAIModel:
                 tool_calls=calls,
                 reasoning_content=reasoning_of(message),
                 finish_reason=text_of(choice.get("finish_reason")),
-                usage=self._priced(usage),
+                usage=self.priced(usage),
                 model=text_of(response.get("model")) or model,
                 provider=self.provider,
                 duration_ms=int((time.monotonic() - started) * 1000),
@@ -206,6 +237,11 @@ class OpenAIModel:
         self, messages: Sequence[Message], tools: Sequence[ToolSchema] = ()
     ) -> OpenAIChatStream:
         return OpenAIChatStream(self, list(messages), list(tools))
+
+    @staticmethod
+    def estimated_usage(messages: Sequence[Message], output: str) -> TokenUsage:
+        """For providers that report no usage: our own estimate, so budgets still move."""
+        return _estimated_usage(messages, output)
 
     async def close(self) -> None:
         await self._endpoint.client.close()
@@ -231,17 +267,51 @@ class OpenAIModel:
             stream=stream,
         )
 
-    def _priced(self, usage: TokenUsage) -> TokenUsage:
+    def priced(self, usage: TokenUsage) -> TokenUsage:
         return replace(usage, cost_usd=self._options.prices.cost(usage))
 
-    async def _call(self, model: str, attempt: Callable[[], Awaitable[T]]) -> T:
-        retrier = Retrier(self._options.retry, self._observer, model)
+    def _attempt_timeout(self) -> float:
+        """The call's timeout, clipped to the time left before the deadline."""
+        timeout = self._options.timeout_seconds
+        if self._deadline is None:
+            return timeout
+        return max(0.001, min(timeout, self._deadline - time.monotonic()))
+
+    def _endpoint_key(self) -> tuple[str, str]:
+        return (str(self._endpoint.client.base_url), self._endpoint.model)
+
+    async def _fell_back(self, notice: FallbackNotice) -> None:
+        if self._observer is not None:
+            await self._observer.on_fallback(notice)
+
+    def _refused(self, feature: Feature) -> bool:
+        """Remember that the endpoint refused `feature`; False when the models file states
+        the matching ability (what it says wins)."""
+        if _ABILITY_OF[feature] in self._options.stated:
+            return False
+        _REFUSED_BY_ENDPOINT.setdefault(self._endpoint_key(), set()).add(feature)
+        return True
+
+    async def _call(
+        self,
+        model: str,
+        attempt: Callable[[], Awaitable[T]],
+        sent: frozenset[Feature] = frozenset(),
+    ) -> T:
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            raise DeadlineExceeded(f"{model}: the deadline passed before the call")
+        retrier = Retrier(self._options.retry, self._observer, model, self._deadline)
         try:
             return await retrier.call(attempt)
         except openai.OpenAIError as exc:
+            if retrier.out_of_time:
+                raise DeadlineExceeded(f"{model}: out of time ({exc})") from exc
+            feature = refused_feature(exc, sent)
+            if feature is not None and self._refused(feature):
+                raise FeatureUnsupported(feature, f"{model}: {exc}") from exc
             if is_context_overflow(exc):
                 raise ContextOverflowError(f"{model}: context window exceeded: {exc}") from exc
-            unreachable = _connection_failure(exc)
+            unreachable = connection_failure(exc)
             if unreachable is not None:
                 base_url = self._endpoint.client.base_url
                 raise LLMError(f"{model}: cannot reach {base_url}: {unreachable}") from exc
@@ -266,7 +336,7 @@ class OpenAIModel:
                 endpoint.model = page.data[0].id
         return endpoint.model
 
-    async def _open_stream(
+    async def open_stream(
         self, messages: Sequence[Message], tools: Sequence[ToolSchema]
     ) -> tuple[str, openai.AsyncStream[Any]]:
         model = await self._resolved_model()
@@ -277,107 +347,27 @@ class OpenAIModel:
                 "/chat/completions",
                 cast_to=object,  # each chunk as parsed JSON
                 content=body,
-                options={"headers": JSON_HEADERS},
+                options={"headers": JSON_HEADERS, "timeout": self._attempt_timeout()},
                 stream=True,
                 stream_cls=openai.AsyncStream[object],
             ),
+            _features(tools, None),
         )
         return model, stream
 
 
-class OpenAIChatStream:
-    """Yields answer text as it arrives; tool calls, reasoning and usage land in `result`.
-
-    Only opening the stream is retried: once text has been handed out, a broken stream is
-    an error rather than a silent restart that would repeat it.
-    """
-
-    def __init__(self, llm: OpenAIModel, messages: list[Message], tools: list[ToolSchema]) -> None:
-        self._llm = llm
-        self._messages = messages
-        self._tools = tools
-        self._result: ChatResult | None = None
-
-    @property
-    def result(self) -> ChatResult:
-        if self._result is None:
-            raise RuntimeError("the stream has not been read to its end")
-        return self._result
-
-    async def __aiter__(self) -> AsyncIterator[str]:
-        if not self._llm.abilities.streaming:
-            # The endpoint cannot stream: one ordinary call, handed out as a single delta.
-            self._result = await self._llm.chat(self._messages, self._tools)
-            if self._result.content:
-                yield self._result.content
-            return
-        started = time.monotonic()
-        model, stream = await self._llm._open_stream(self._messages, self._tools)
-        parts: list[str] = []
-        answer = StreamedText()
-        reasoning: list[str] = []
-        calls = ToolCallAccumulator()
-        finish_reason = ""
-        usage: TokenUsage | None = None
-        try:
-            async for raw in stream:
-                chunk = mapping(raw)
-                if chunk.get("usage") is not None:
-                    usage = usage_of(chunk["usage"])
-                model = text_of(chunk.get("model")) or model
-                choices = chunk.get("choices")
-                for choice in map(mapping, choices if isinstance(choices, list) else ()):
-                    finish_reason = text_of(choice.get("finish_reason")) or finish_reason
-                    delta = mapping(choice.get("delta"))
-                    call_deltas = delta.get("tool_calls")
-                    for call_delta in call_deltas if isinstance(call_deltas, list) else ():
-                        calls.add(mapping(call_delta))
-                    thought = reasoning_of(delta)
-                    if thought:
-                        reasoning.append(thought)
-                    piece = answer.piece(text_of(delta.get("content")))
-                    if piece:
-                        parts.append(piece)
-                        yield piece
-        except openai.OpenAIError as exc:
-            raise LLMError(f"{model}: stream broke off: {exc}") from exc
-        tail = answer.rest()
-        if tail:
-            parts.append(tail)
-            yield tail
-        content = "".join(parts)
-        tool_calls = calls.calls()
-        if usage is None:
-            usage = _estimated_usage(self._messages, content)
-        self._result = encodable(
-            ChatResult(
-                content=content,
-                tool_calls=tool_calls,
-                reasoning_content="".join(reasoning),
-                finish_reason=finish_reason,
-                usage=self._llm._priced(usage),
-                model=model,
-                provider=self._llm.provider,
-                duration_ms=int((time.monotonic() - started) * 1000),
-            )
-        )
+_ABILITY_OF: dict[Feature, str] = {"tools": "tool_call", "response_format": "json_mode"}
 
 
-def _connection_failure(exc: BaseException) -> OSError | None:
-    """The socket error under a failed call (refused, reset, unknown host), if that is what
-    failed. The SDK says only "Connection error.", and on aiohttp a refused connection even
-    comes back as "Request timed out."."""
-    if not isinstance(exc, openai.APIConnectionError):
-        return None
-    found: OSError | None = None
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
-            found = cause  # the innermost wins: the system's own words
-        cause = cause.__cause__ or cause.__context__
-    return found
+def _features(
+    tools: Sequence[ToolSchema], response_format: ResponseFormat | None
+) -> frozenset[Feature]:
+    sent: set[Feature] = set()
+    if tools:
+        sent.add("tools")
+    if response_format is not None:
+        sent.add("response_format")
+    return frozenset(sent)
 
 
 def _excerpt(response: Any) -> str:

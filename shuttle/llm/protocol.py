@@ -83,12 +83,28 @@ class RecoveryNotice:
     success: bool
 
 
+Feature = Literal["tools", "response_format"]
+
+
+@dataclass(frozen=True)
+class FallbackNotice:
+    """An endpoint refused a request feature; the call goes on without it (`action`)."""
+
+    model: str
+    feature: Feature
+    action: Literal["json_mode", "plain_text"]
+    message: str
+
+
 class RetryObserver(Protocol):
-    """Told about every retry, so a run can show it (ERROR_OCCURRED, ERROR_RECOVERY)."""
+    """Told about every retry and fallback, so a run can show it (ERROR_OCCURRED,
+    ERROR_RECOVERY)."""
 
     async def on_retry(self, notice: RetryNotice) -> None: ...
 
     async def on_recovery(self, notice: RecoveryNotice) -> None: ...
+
+    async def on_fallback(self, notice: FallbackNotice) -> None: ...
 
 
 class ChatStream(Protocol):
@@ -115,6 +131,11 @@ class LLM(Protocol):
     @property
     def abilities(self) -> Abilities: ...
 
+    @property
+    def context_size(self) -> int | None:
+        """The model's context window in tokens, when configured; None: not known."""
+        ...
+
     async def chat(
         self,
         messages: Sequence[Message],
@@ -132,6 +153,11 @@ class LLM(Protocol):
         """The same model, reporting its retries to `observer` (one view per run)."""
         ...
 
+    def with_deadline(self, deadline: float | None) -> LLM:
+        """The same model, each call (retries included) over by `deadline` (a
+        `time.monotonic()` instant; None: no deadline), else DeadlineExceeded."""
+        ...
+
 
 class LLMError(Exception):
     """A model call failed for good (after our own retries)."""
@@ -139,3 +165,16 @@ class LLMError(Exception):
 
 class ContextOverflowError(LLMError):
     """The request does not fit the model's context window; retrying cannot help."""
+
+
+class DeadlineExceeded(LLMError):
+    """The caller's deadline passed, or would have before the next retry: given up."""
+
+
+class FeatureUnsupported(LLMError):
+    """The endpoint refused a request feature; the model no longer offers it (`abilities`),
+    so the caller can ask again without it."""
+
+    def __init__(self, feature: Feature, message: str) -> None:
+        super().__init__(message)
+        self.feature: Feature = feature

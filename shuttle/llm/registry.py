@@ -90,6 +90,14 @@ class ModelSpec(_Strict):
         return self
 
     @property
+    def stated_abilities(self) -> frozenset[str]:
+        """The abilities the file gives explicitly (a refusal found later does not change
+        them); the rest are defaults."""
+        if "abilities" not in self.model_fields_set:
+            return frozenset()
+        return frozenset(self.abilities.model_fields_set)
+
+    @property
     def wire_model(self) -> str:
         return self.model or self.name
 

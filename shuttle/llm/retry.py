@@ -19,11 +19,11 @@ from tenacity import (
     AsyncRetrying,
     RetryCallState,
     retry_if_exception,
-    stop_after_attempt,
     wait_exponential_jitter,
 )
 
 from shuttle.llm.protocol import RecoveryNotice, RetryNotice, RetryObserver
+from shuttle.llm.provider_errors import ALL_FEATURES, refused_feature
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,8 @@ def error_type(exc: BaseException) -> str | None:
     """RATE_LIMIT or LLM_ERROR for a failure worth retrying; None for one that is not."""
     if isinstance(exc, openai.RateLimitError):
         return "RATE_LIMIT"
+    if refused_feature(exc, ALL_FEATURES) is not None:
+        return None  # llama.cpp refuses with a 500, which asking again cannot change
     if isinstance(exc, openai.APIStatusError):
         return "LLM_ERROR" if exc.status_code >= 500 or exc.status_code == 408 else None
     if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
@@ -77,10 +79,21 @@ def retry_after_seconds(exc: BaseException) -> float | None:
 class Retrier:
     """Runs one model call with the policy's retries, reporting each to the observer."""
 
-    def __init__(self, policy: RetryPolicy, observer: RetryObserver | None, model: str) -> None:
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        observer: RetryObserver | None,
+        model: str,
+        deadline: float | None = None,
+    ) -> None:
+        """`deadline` (a `time.monotonic()` instant): no retry is made, or waited for, that
+        would start after it."""
         self._policy = policy
         self._observer = observer
         self._model = model
+        self._deadline = deadline
+        self.out_of_time = False
+        """The retries stopped because the deadline came first."""
         self._backoff = wait_exponential_jitter(
             multiplier=policy.base_delay_seconds,
             max=policy.max_delay_seconds,
@@ -129,9 +142,18 @@ class Retrier:
         except Exception:
             log.exception("could not report an LLM retry")
 
+    def _stop(self, state: RetryCallState) -> bool:
+        if state.attempt_number > self._policy.max_retries:
+            return True
+        # Tenacity computes the wait before it asks whether to stop: `upcoming_sleep` is it.
+        if self._deadline is None:
+            return False
+        self.out_of_time = time.monotonic() + state.upcoming_sleep >= self._deadline
+        return self.out_of_time
+
     async def call(self, attempt_fn: Callable[[], Awaitable[T]]) -> T:
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._policy.max_retries + 1),
+            stop=self._stop,
             retry=retry_if_exception(lambda exc: error_type(exc) is not None),
             wait=self._wait,
             before_sleep=self._before_sleep,

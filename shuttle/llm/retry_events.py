@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from shuttle.llm.protocol import RecoveryNotice, RetryNotice
+from shuttle.llm.protocol import FallbackNotice, RecoveryNotice, RetryNotice
 from shuttle.workflow_log import EventDraft
+
+FEATURE_UNSUPPORTED = "FEATURE_UNSUPPORTED"
 
 
 def retry_event(notice: RetryNotice, agent_id: str) -> EventDraft:
@@ -39,6 +41,20 @@ def recovery_event(notice: RecoveryNotice, agent_id: str) -> EventDraft:
     return EventDraft("ERROR_RECOVERY", message, payload, agent_id)
 
 
+def fallback_event(notice: FallbackNotice, agent_id: str) -> EventDraft:
+    """ERROR_RECOVERY: the endpoint refused a feature and the call goes on without it."""
+    payload = {
+        "error_type": FEATURE_UNSUPPORTED,
+        "recovery_action": notice.action,
+        "feature": notice.feature,
+        "error_message": notice.message,
+        "success": True,
+        "model": notice.model,
+    }
+    message = f"{notice.model}: no {notice.feature} at this endpoint, going on in {notice.action}"
+    return EventDraft("ERROR_RECOVERY", message[:200], payload, agent_id)
+
+
 class RetryReporter:
     """The RetryObserver of one agent's model calls: each retry and its outcome go to the
     workflow's log through `emit`."""
@@ -52,3 +68,6 @@ class RetryReporter:
 
     async def on_recovery(self, notice: RecoveryNotice) -> None:
         await self._emit(recovery_event(notice, self._agent_id))
+
+    async def on_fallback(self, notice: FallbackNotice) -> None:
+        await self._emit(fallback_event(notice, self._agent_id))

@@ -49,8 +49,15 @@ class TracedLLM:
     def abilities(self) -> Abilities:
         return self._inner.abilities
 
+    @property
+    def context_size(self) -> int | None:
+        return self._inner.context_size
+
     def with_observer(self, observer: RetryObserver | None) -> LLM:
         return TracedLLM(self._inner.with_observer(observer))
+
+    def with_deadline(self, deadline: float | None) -> LLM:
+        return TracedLLM(self._inner.with_deadline(deadline))
 
     async def chat(
         self,

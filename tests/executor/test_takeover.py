@@ -7,6 +7,7 @@ deterministic in the conversation, so a call made again gets the same reply.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -306,3 +307,39 @@ async def test_a_stopping_replica_starts_no_run(backends: Backends, model: Takeo
     await runs.shutdown()
     with pytest.raises(RunsStopping, match="another replica"):
         await runs.start(RunRequest(QUERY, TENANT))
+
+
+@pytest.mark.parametrize("model", [{"hold_loop_at": 1}], indirect=True)
+async def test_a_run_taken_over_keeps_the_deadline_it_started_with(
+    backends: Backends, model: TakeoverModel
+) -> None:
+    patient = replica(backends, model, "replica-a")
+    strict = replica(backends, model, "replica-b", run_timeout_seconds=1.0)
+    try:
+        workflow_id = await patient.start(RunRequest(QUERY, TENANT))
+        await until(lambda: model.held == 1, "the second model call to be held")
+        started = await backends.first_event(workflow_id, lambda e: e["type"] == "WORKFLOW_STARTED")
+        assert started["payload"]["executor"] == "replica-a"
+        # Longer than replica-b's timeout since the run started (not since it is taken over).
+        await asyncio.sleep(1.5)
+        await patient.shutdown()
+        strict.start_takeovers()
+        model.release()
+        events = await backends.read_log(workflow_id)
+    finally:
+        await patient.shutdown()
+        await strict.shutdown()
+
+    check_one_run(events)
+    timeout = next(e for e in events if e["payload"].get("error_type") == "TIMEOUT")
+    assert timeout["payload"]["fatal"] is False
+    assert first(events, "ERROR_RECOVERY")["seq"] < timeout["seq"]
+    # Out of time already: the run answered from what it had, with no further loop call.
+    assert not [
+        e
+        for e in events
+        if e["type"] == "LLM_OUTPUT"
+        and e["seq"] > timeout["seq"]
+        and e["payload"]["phase"] == "tool_loop"
+    ]
+    assert first(events, "WORKFLOW_COMPLETED")["payload"]["result"]

@@ -12,6 +12,7 @@ from shuttle.llm.openai_model import ModelOptions, OpenAIModel
 from shuttle.llm.protocol import (
     Abilities,
     ContextOverflowError,
+    FallbackNotice,
     LLMError,
     RecoveryNotice,
     RetryNotice,
@@ -34,12 +35,16 @@ def server() -> Iterator[ScriptedOpenAI]:
 class Recorder:
     retries: list[RetryNotice] = field(default_factory=list)
     recoveries: list[RecoveryNotice] = field(default_factory=list)
+    fallbacks: list[FallbackNotice] = field(default_factory=list)
 
     async def on_retry(self, notice: RetryNotice) -> None:
         self.retries.append(notice)
 
     async def on_recovery(self, notice: RecoveryNotice) -> None:
         self.recoveries.append(notice)
+
+    async def on_fallback(self, notice: FallbackNotice) -> None:
+        self.fallbacks.append(notice)
 
 
 def model(

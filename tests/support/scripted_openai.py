@@ -52,6 +52,8 @@ class Reply:
     usage: dict[str, Any] | None = None
     """Overrides the usage object of the reply."""
     error_code: str | None = None
+    finish_reason: str = ""
+    """Overrides the finish reason ("length": cut off at the output limit)."""
     body: Any = None
     """For calls not streamed: sent as the whole JSON body instead of a completion built from
     the fields above (a malformed or unusual provider reply)."""
@@ -157,7 +159,8 @@ class ScriptedOpenAI:
                 {
                     "index": 0,
                     "message": message,
-                    "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                    "finish_reason": reply.finish_reason
+                    or ("tool_calls" if reply.tool_calls else "stop"),
                 }
             ],
             "usage": reply.usage
@@ -190,7 +193,7 @@ class ScriptedOpenAI:
             middle = len(arguments) // 2
             for part in (arguments[:middle], arguments[middle:]):
                 yield frame({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
-        yield frame({}, "tool_calls" if reply.tool_calls else "stop")
+        yield frame({}, reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"))
         usage = {
             **base,
             "choices": [],

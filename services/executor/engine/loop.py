@@ -18,6 +18,7 @@ from services.executor.engine.answer import stream_answer
 from services.executor.engine.selection import select_tools
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import Injection, LoopState, RunContext, Stage
+from services.executor.engine.tokens import estimate_entries, estimate_tools
 from services.executor.engine.tool_runner import ToolRunner
 from services.executor.log.reporter import RunReporter
 from services.executor.policies.budget import TokenBudget, spend
@@ -25,8 +26,17 @@ from services.executor.policies.context_guard import ContextGuard, Situation
 from services.executor.policies.control import Checkpoints, RunControl, until_cancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolDefinition, ToolPort, ToolSelector
-from shuttle.llm.protocol import LLM
+from shuttle.llm.protocol import LLM, ContextOverflowError, FallbackNotice, FeatureUnsupported
+from shuttle.llm.retry_events import fallback_event
 from shuttle.usage import TokenUsage
+
+
+def context_budget(agent: ReActAgent) -> int:
+    """The share of the model's own context window (models file), else the deployment's."""
+    size = agent.llm.context_size
+    settings = agent.settings
+    return settings.context_budget if size is None else int(size * settings.context_ratio)
+
 
 ANSWER_NEAR = frozenset({Stage.ACT, Stage.FINAL, Stage.ANSWER})
 """Stages from which the loop may end without another event: its answer may have begun."""
@@ -178,11 +188,12 @@ class _RunLoop:
         self.ctx = ctx
         self.state = state
         self.mode = progress.mode_of(state)
+        self.tools = tools
         self.schemas = self.mode.tool_schemas(tools)
         self.runner = ToolRunner(
             agent.tools, agent.reporter, ctx, [t.name for t in tools], settings.tool_timeout_seconds
         )
-        self.guard = ContextGuard(agent.llm, settings.context_budget, settings.compact_keep_recent)
+        self.guard = ContextGuard(agent.llm, context_budget(agent), settings.compact_keep_recent)
         self.max_iterations = settings.max_iterations
         self.stages: dict[Stage, Callable[[], Awaitable[None]]] = {
             Stage.CALL: self._call,
@@ -213,7 +224,18 @@ class _RunLoop:
 
     async def _think(self) -> None:
         state = self.state
-        response = await self.agent.llm.chat(state.conversation.messages, self.schemas)
+        try:
+            response = await self.agent.llm.chat(state.conversation.messages, self.schemas)
+        except FeatureUnsupported as refused:
+            if refused.feature != "tools" or not state.native:
+                raise
+            await self._to_json_mode(str(refused))
+            return  # the same call again, with JSON actions
+        except ContextOverflowError:
+            # Our estimate said it fits, the provider says not: compact hard, and try once
+            # more (a second overflow is fatal).
+            await self._fit_context(self._overflow_guard())
+            response = await self.agent.llm.chat(state.conversation.messages, self.schemas)
         await self._account(response.usage)
         await self.reporter.llm_output(self.ctx.agent_id, response, phase="tool_loop")
         state.response = response
@@ -266,18 +288,33 @@ class _RunLoop:
         await self._take_interrupts()
         progress.next_iteration(self.state, self.max_iterations)
 
+    async def _to_json_mode(self, why: str) -> None:
+        llm = self.agent.llm
+        notice = FallbackNotice(llm.model, "tools", "json_mode", why)
+        await self.reporter.emit(fallback_event(notice, self.ctx.agent_id))
+        progress.to_json_mode(self.state, self.tools, self.ctx)
+        self.mode = progress.mode_of(self.state)
+        self.schemas = self.mode.tool_schemas(self.tools)
+
     async def _account(self, usage: TokenUsage) -> None:
         self.state.usage += usage
         await spend(self.state.budget, usage.total_tokens, self.reporter, self.ctx.agent_id)
 
-    async def _fit_context(self) -> None:
+    def _overflow_guard(self) -> ContextGuard:
+        """A guard whose budget is half of what the provider just refused."""
+        size = estimate_entries(self.state.conversation.entries, estimate_tools(self.schemas))
+        budget = min(context_budget(self.agent), size // 2)
+        return ContextGuard(self.agent.llm, budget, self.agent.settings.compact_keep_recent)
+
+    async def _fit_context(self, guard: ContextGuard | None = None) -> None:
         state = self.state
         situation = Situation(
             json_mode=not state.native,
             tool_calls=len(state.steps),
             interrupted=state.interrupted,
         )
-        compaction = await self.guard.fit(state.conversation, self.schemas, situation)
+        guard = guard or self.guard
+        compaction = await guard.fit(state.conversation, self.schemas, situation)
         if compaction is None:
             return
         if compaction.summary_call is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.executor.engine.conversation import Conversation, context_note
+from services.executor.engine.conversation import Conversation, Entry, context_note
 from services.executor.engine.modes import Decision, JsonMode, Mode, NativeMode
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import Injection, LoopState, RunContext, Stage
@@ -17,6 +17,13 @@ from services.executor.policies.cycles import CycleDetector
 from services.executor.policies.interrupts import FollowUps
 from services.executor.policies.reflection import SelfReflection
 from services.executor.ports import ToolDefinition
+
+BREVITY_PROMPT = (
+    "Your last reply was cut off at the output limit and was not used. Reply again, "
+    "briefly: a single tool call, or the answer in a few sentences."
+)
+CUT_OFF = "length"
+"""The finish reason of a reply that hit the output limit."""
 
 NATIVE: Mode = NativeMode()
 JSON: Mode = JsonMode()
@@ -61,6 +68,16 @@ def begin(state: LoopState, tools: Sequence[ToolDefinition], query: str, ctx: Ru
     state.stage = Stage.CALL
 
 
+def to_json_mode(state: LoopState, tools: Sequence[ToolDefinition], ctx: RunContext) -> None:
+    """The endpoint refused `tools`: the same conversation goes on with JSON actions, under
+    the JSON mode's system prompt."""
+    state.native = False
+    entries = state.conversation.entries
+    note = context_note(ctx.task_context)
+    system = Entry({"role": "system", "content": JSON.system_prompt(tools) + note})
+    state.conversation.replace([system, *entries[1:]])
+
+
 def decision_of(state: LoopState) -> Decision:
     assert state.response is not None, f"no response at stage {state.stage}"
     return mode_of(state).decide(state.response, state.agent_id, state.iteration)
@@ -89,6 +106,8 @@ def settle(state: LoopState, decision: Decision) -> None:
     if state.budget.exhausted:
         # Spent by this call or, in a team, by another agent's meanwhile.
         end_over_budget(state, decision)
+    elif state.response.finish_reason == CUT_OFF:
+        _cut_off(state)
     elif decision.parse_failed:
         # JSON mode: one reformat request; a second unparsable reply is the answer as is.
         if state.reformat_pending:
@@ -99,11 +118,23 @@ def settle(state: LoopState, decision: Decision) -> None:
         state.stage = Stage.INTERRUPTS
     else:
         state.reformat_pending = False
+        state.brevity_asked = False
         mode.record_assistant(state.conversation, state.response, decision)
         if mode.drains_after_assistant:
             state.stage = Stage.ACT
         else:
             state.stage = Stage.TOOLS if decision.calls else Stage.FINAL
+
+
+def _cut_off(state: LoopState) -> None:
+    """A reply cut off at the output limit is never taken as the answer, nor its tool calls
+    (their arguments are cut too): one request to be brief, then the fallback answer."""
+    if state.brevity_asked:
+        _answer(state, fallback_answer(state.steps))
+        return
+    state.brevity_asked = True
+    state.injections = [Injection("brevity_request", BREVITY_PROMPT)]
+    state.stage = Stage.INJECT
 
 
 def act(state: LoopState, decision: Decision, interrupted: bool, max_iterations: int) -> None:

@@ -30,6 +30,8 @@ class AgentSettings:
     context_ratio: float
     """Share of the context window the conversation may fill before it is compacted."""
     compact_keep_recent: int
+    run_timeout_seconds: float = 600.0
+    """How long a run may take from its start; then it answers from what it has."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AgentSettings:
@@ -48,6 +50,7 @@ class AgentSettings:
             context_tokens=settings.context_tokens,
             context_ratio=settings.react_context_ratio,
             compact_keep_recent=settings.react_compact_keep_recent,
+            run_timeout_seconds=settings.run_timeout_seconds,
         )
 
     @property

@@ -97,6 +97,8 @@ class LoopState:
     """Whether any user follow-up was injected."""
     reformat_pending: bool = False
     """JSON mode: the last reply could not be parsed and a reformat was asked for."""
+    brevity_asked: bool = False
+    """The last reply was cut off at the output limit and a shorter one was asked for."""
     response: ChatResult | None = None
     """The iteration's model response, from DECIDED until the iteration is over."""
     invoked: set[str] = field(default_factory=set)

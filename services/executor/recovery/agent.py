@@ -24,9 +24,13 @@ from services.executor.recovery.records import (
     usage_of,
 )
 from shuttle.envelope import ANSWER_RESTARTED
+from shuttle.llm.retry_events import FEATURE_UNSUPPORTED
 
-INJECTED_KINDS = ("cycle_warning", "self_reflection")
-"""What a tool batch calls for on its own (see progress.finish_batch)."""
+JSON_MODE_FALLBACK = (FEATURE_UNSUPPORTED, "json_mode")
+"""The endpoint refused `tools`, and the agent went on with JSON actions."""
+
+INJECTED_KINDS = ("cycle_warning", "self_reflection", "brevity_request")
+"""What a tool batch, or a reply cut off, calls for on its own (see progress)."""
 
 
 @dataclass
@@ -83,6 +87,7 @@ class AgentFold:
             "TOOL_OBSERVATION": self._observed,
             "THREAD_MESSAGE_COMPLETED": self._answered,
             "AGENT_COMPLETED": self._completed,
+            "ERROR_RECOVERY": self._recovered,
         }
 
     @property
@@ -116,7 +121,7 @@ class AgentFold:
             state.response = chat_result(event.payload)
             state.stage = Stage.DECIDED
         elif phase == "compact":
-            self._advance(event, Stage.CALL)
+            self._advance(event, Stage.CALL, Stage.THINKING)  # THINKING: after an overflow
         else:
             self._advance(event, Stage.ANSWER)
             state.usage += usage
@@ -125,7 +130,7 @@ class AgentFold:
         state.budget.charge(usage.total_tokens)
 
     def _compacted(self, event: Recorded) -> None:
-        self._advance(event, Stage.CALL)
+        self._advance(event, Stage.CALL, Stage.THINKING)
         conversation = self.state.conversation
         conversation.replace(relaid(conversation.entries, list(event.get("entries") or ())))
 
@@ -169,6 +174,12 @@ class AgentFold:
         decision = progress.decision_of(state)
         if all(call.call_id in state.outcomes for call in decision.calls):
             progress.finish_batch(state, decision)
+
+    def _recovered(self, event: Recorded) -> None:
+        if (event.get("error_type"), event.get("recovery_action")) != JSON_MODE_FALLBACK:
+            return
+        state = self._require(event, Stage.THINKING)
+        progress.to_json_mode(state, progress.offered(self._catalog, state.tools), self._ctx)
 
     def _answered(self, event: Recorded) -> None:
         state = self._advance(event, Stage.ANSWER)
