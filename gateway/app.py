@@ -25,6 +25,7 @@ from gateway.errors import install_error_handlers
 from gateway.fanout import FanOut
 from gateway.routes import (
     ag_ui,
+    artifacts,
     control,
     openai_compat,
     openai_responses,
@@ -131,6 +132,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
         )
     app.add_middleware(LoopbackHostOnly, auth=settings.auth)  # outermost: before CORS too
     app.include_router(tasks.router)
+    app.include_router(artifacts.router)
     app.include_router(sessions.router)
     app.include_router(stream.router)
     app.include_router(control.router)

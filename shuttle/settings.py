@@ -119,6 +119,8 @@ class Settings(BaseSettings):
     # run's StartRun under gRPC's 16 MiB message limit.
     gateway_max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=8 * 1024 * 1024)
     session_history_max_bytes: int = Field(4 * 1024 * 1024, ge=0, le=7 * 1024 * 1024)
+    # The largest artifact the gateway serves (GET /api/v1/tasks/{id}/artifacts/{name}).
+    artifact_max_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     # A chat completion's messages: how many, and how long each one's content may be; the
     # earlier ones each become a stored turn, so their count is what a request costs.
     openai_max_messages: int = Field(1_000, ge=1, le=100_000)

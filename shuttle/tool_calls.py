@@ -3,6 +3,7 @@ answers: the same types on both sides of ToolService.Execute."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -48,3 +49,11 @@ class ToolOutcome:
     @property
     def ok(self) -> bool:
         return not (self.error or self.blocked)
+
+
+# The names the tools service gives artifacts; anything else names none (no path, no '..').
+_ARTIFACT_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
+
+
+def artifact_name_ok(name: str) -> bool:
+    return _ARTIFACT_NAME.fullmatch(name) is not None and ".." not in name

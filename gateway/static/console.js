@@ -100,6 +100,40 @@
       node("div", {}, "Arguments"), node("pre", { className: "args" }, shown(p.tool_args)),
       node("div", { className: "obs" })));
   }
+  // An artifact is fetched with the key (so not by a plain link) and shown beside its card:
+  // HTML in a sandboxed frame that may run nothing, markdown rendered as answers are, other
+  // text as text, anything else as a download.
+  function artifactButton(a) {
+    const size = isNumber(a.size_bytes) ? (a.size_bytes < 1024 ? a.size_bytes + " B" : (a.size_bytes / 1024).toFixed(1) + " KiB") : shown(a.size_bytes);
+    const b = node("button", { className: "secondary artifact", type: "button" }, "Preview " + shown(a.name) + " (" + size + ")");
+    b.addEventListener("click", () => previewArtifact(b, shown(a.name)));
+    return b;
+  }
+  async function previewArtifact(button, name) {
+    const url = "/api/v1/tasks/" + encodeURIComponent(state.wf) + "/artifacts/" + encodeURIComponent(name);
+    try {
+      const response = await fetch(url, { headers: headers() });
+      if (!response.ok) {
+        const data = await response.json().catch(() => ({}));
+        throw new Error(response.status + ": " + ((data.error && data.error.message) || response.statusText));
+      }
+      const mime = (response.headers.get("content-type") || "").split(";")[0].trim();
+      let view;
+      if (mime === "text/html") {
+        view = node("iframe", { className: "preview", title: name });
+        view.setAttribute("sandbox", "");
+        view.srcdoc = await response.text();
+      } else if (mime === "text/markdown") {
+        view = node("div", { className: "preview answer" });
+        view.innerHTML = md.render(await response.text());
+      } else if (mime.startsWith("text/") || mime === "application/json") {
+        view = node("pre", { className: "preview" }, await response.text());
+      } else {
+        view = node("a", { className: "preview", href: URL.createObjectURL(await response.blob()), download: name }, "Download " + name);
+      }
+      button.replaceWith(view);
+    } catch (err) { toast(err.message); }
+  }
   const handlers = {
     WORKFLOW_STARTED: (e) => { setStatus("running"); $("run-query").textContent = e.payload.query || ""; },
     AGENT_THINKING: (e) => {
@@ -128,6 +162,10 @@
       li.querySelector(".obs").replaceChildren(
         node("div", {}, (p.error ? "Error" : "Observation") + " (" + duration(p.duration_ms || 0) + ")"),
         node("pre", { className: "observation" }, shown(p.result)));
+      if (Array.isArray(p.artifacts) && p.artifacts.length) {
+        li.querySelector(".obs").append(node("div", {}, "Artifacts"),
+          ...p.artifacts.map((a) => artifactButton(a || {})));
+      }
       spent.tools += 1;
       showSpent();
     },

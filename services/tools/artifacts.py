@@ -7,16 +7,34 @@ artifact's URI.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterator
 
 from services.tools.catalog import ToolOutput
 from services.tools.context import CallInfo, safe_segment
 from services.tools.workspace import Workspaces
-from shuttle.tool_calls import Artifact
+from shuttle.tool_calls import Artifact, artifact_name_ok
 
 ARTIFACT_TYPES = {"text/html": ".html", "text/markdown": ".md"}
 ARTIFACT_DIR = "artifacts"
 _NAME_RE = re.compile(r"[^A-Za-z0-9_.-]")
+CHUNK_BYTES = 64 * 1024
+
+
+class ArtifactNotFound(Exception):
+    """No artifact of that name in the workflow's workspace."""
+
+
+class ArtifactTooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        super().__init__(f"{size} bytes")
+        self.size = size
+
+
+def valid_name(name: str) -> bool:
+    """Whether `name` is one save() could have given."""
+    return artifact_name_ok(name)
 
 
 def is_artifact(output: ToolOutput) -> bool:
@@ -26,6 +44,40 @@ def is_artifact(output: ToolOutput) -> bool:
 class ArtifactStore:
     def __init__(self, workspaces: Workspaces) -> None:
         self._workspaces = workspaces
+
+    def read(
+        self, tenant_id: str, workflow_id: str, name: str, max_bytes: int = 0
+    ) -> tuple[Artifact, Iterator[bytes]]:
+        """The artifact and its content in chunks; raises ArtifactNotFound (for a name
+        that `valid_name` refuses too) and ArtifactTooLarge."""
+        if not valid_name(name):
+            raise ArtifactNotFound(name)
+        workspace = self._workspaces.for_call(
+            CallInfo(tool_name="", tenant_id=tenant_id, workflow_id=workflow_id)
+        )
+        path = workspace.root / ARTIFACT_DIR / name
+        try:
+            # O_NOFOLLOW: a symlink put in the artifacts directory leads nowhere.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            raise ArtifactNotFound(name) from None
+        handle = os.fdopen(fd, "rb")
+        size = os.fstat(fd).st_size
+        if max_bytes and size > max_bytes:
+            handle.close()
+            raise ArtifactTooLarge(size)
+        suffix = os.path.splitext(name)[1]
+        mime = next(
+            (t for t, s in ARTIFACT_TYPES.items() if s == suffix), "application/octet-stream"
+        )
+        artifact = Artifact(name, mime, size, f"workspace://{ARTIFACT_DIR}/{name}")
+
+        def chunks() -> Iterator[bytes]:
+            with handle:
+                while chunk := handle.read(CHUNK_BYTES):
+                    yield chunk
+
+        return artifact, chunks()
 
     def save(self, call: CallInfo, output: ToolOutput) -> ToolOutput:
         """Store the output; return what the model sees instead, with the artifact attached."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 from datetime import datetime
 
 import grpc
@@ -15,6 +17,7 @@ from services.tools.approvals import (
     ApprovalAlreadyDecidedError,
     ApprovalNotFoundError,
 )
+from services.tools.artifacts import ArtifactNotFound, ArtifactTooLarge, valid_name
 from services.tools.catalog import ToolSpec
 from services.tools.cleanup import WorkflowDataCleaner
 from services.tools.host import ToolHost
@@ -37,6 +40,7 @@ CALLER_ROLES = method_roles(
         "ListTools": {GATEWAY, EXECUTOR},
         "ListApprovals": {GATEWAY, EXECUTOR},
         "DecideApproval": {GATEWAY, EXECUTOR},
+        "GetArtifact": {GATEWAY},
     },
 )
 
@@ -236,3 +240,55 @@ class ToolServiceServicer(tools_pb2_grpc.ToolServiceServicer):
         return tools_pb2.DeleteWorkflowDataResponse(
             workspaces_deleted=done.workspaces, records_deleted=done.records
         )
+
+    async def GetArtifact(
+        self, request: tools_pb2.GetArtifactRequest, context: Context
+    ) -> AsyncIterator[tools_pb2.ArtifactChunk]:
+        store = self._host.artifacts
+        if not request.tenant_id.strip() or not request.workflow_id.strip():
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "GetArtifactRequest.tenant_id and workflow_id are required",
+            )
+        if not valid_name(request.name):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"GetArtifactRequest.name {request.name[:80]!r} is no artifact's name: "
+                "letters, digits, '_', '-' and '.', as TOOL_OBSERVATION names it",
+            )
+        if store is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "this tools service keeps no artifacts")
+        assert store is not None
+        try:
+            artifact, chunks = store.read(
+                request.tenant_id, request.workflow_id, request.name, request.max_bytes
+            )
+        except ArtifactNotFound:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"workflow {request.workflow_id} has no artifact {request.name!r}",
+            )
+        except ArtifactTooLarge as exc:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"artifact {request.name!r} is {exc.size} bytes, over the {request.max_bytes} "
+                "asked for at most",
+            )
+        first: tools_pb2.ArtifactChunk | None = tools_pb2.ArtifactChunk(
+            artifact=tools_pb2.Artifact(
+                name=artifact.name,
+                mime_type=artifact.mime_type,
+                size_bytes=artifact.size_bytes,
+                uri=artifact.uri,
+            )
+        )
+        # Read off the event loop: an artifact may be megabytes on a slow volume.
+        while (data := await asyncio.to_thread(next, chunks, None)) is not None:
+            if first is not None:
+                first.data = data
+                yield first
+                first = None
+            else:
+                yield tools_pb2.ArtifactChunk(data=data)
+        if first is not None:
+            yield first  # an empty artifact: its description alone

@@ -136,6 +136,11 @@ class ToolHost:
         )
         return self.timeout_for(tool.spec) + approvals
 
+    @property
+    def artifacts(self) -> ArtifactStore | None:
+        """Where tools' artifacts are kept, when they are."""
+        return self._artifacts
+
     async def execute(self, call: ToolCall) -> ToolOutcome:
         """Run one tool call through its hooks; never raises for anything a tool does."""
         started = time.perf_counter()

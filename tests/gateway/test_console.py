@@ -93,7 +93,15 @@ async def hostile_log(stack: AuthStack) -> str:
                     draft("WORKFLOW_STARTED", {"query": HOSTILE}),
                     draft("AGENT_THINKING", {"status": "done", "reasoning": HOSTILE}),
                     draft("TOOL_INVOKED", {**tool, "tool_args": {"expression": HOSTILE}}),
-                    draft("TOOL_OBSERVATION", {**tool, "duration_ms": HOSTILE, "result": HOSTILE}),
+                    draft(
+                        "TOOL_OBSERVATION",
+                        {
+                            **tool,
+                            "duration_ms": HOSTILE,
+                            "result": HOSTILE,
+                            "artifacts": [{"name": HOSTILE, "size_bytes": HOSTILE}],
+                        },
+                    ),
                     draft(
                         "APPROVAL_REQUESTED",
                         {"tool_name": HOSTILE, "approval_id": HOSTILE, "tool_args": HOSTILE},
@@ -139,6 +147,7 @@ def test_markup_in_any_field_is_shown_as_text_and_never_runs(
     for text in (
         f"Thought · {HOSTILE}",
         f"Observation ({HOSTILE} ms)",
+        f"Preview {HOSTILE} ({HOSTILE})",
         f"Approval needed for {HOSTILE}",
         f"Approval {HOSTILE}",
         f"Follow-up: {HOSTILE}",

@@ -38,6 +38,11 @@ REFUSED: list[tuple[str, Message]] = [
         tools_pb2.ExecuteRequest(tool_name="calculator", arguments_json='{"expression": "6*7"}'),
     ),
     ("ToolService/DeleteWorkflowData", tools_pb2.DeleteWorkflowDataRequest()),
+    # Another tenant's artifact, named directly: only the gateway's route reads artifacts.
+    (
+        "ToolService/GetArtifact",
+        tools_pb2.GetArtifactRequest(workflow_id="wf-x", tenant_id="globex", name="r.html"),
+    ),
 ]
 
 

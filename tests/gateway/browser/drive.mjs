@@ -4,6 +4,7 @@
 //   node drive.mjs console  GATEWAY_URL API_KEY SCREENSHOT_DIR   (console-1280.png, console-390.png)
 //   node drive.mjs approvals GATEWAY_URL API_KEY   (a gateway whose calculator needs approval)
 //   node drive.mjs hostile GATEWAY_URL API_KEY WORKFLOW_ID   (a log whose fields hold markup)
+//   node drive.mjs artifact GATEWAY_URL API_KEY WORKFLOW_ID  (a run whose tool made an HTML artifact)
 //   node drive.mjs restart GATEWAY_URL API_KEY WORKFLOW_ID   (a log the test appends to as
 //     it goes: each line on stdin is {"answer": TEXT}, answered on stdout once the console
 //     shows TEXT as the answer, or after 20 s with what it shows; "end" ends it)
@@ -180,6 +181,39 @@ async function approvalScenario() {
   }
 }
 
+// Preview a run's HTML artifact from its tool card: report the frame it is shown in and
+// whether the artifact's own script ran (it must not: the frame is sandboxed).
+async function artifactScenario(workflowId) {
+  const browser = await launch();
+  const out = { dialogs: [] };
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    page.on("pageerror", (err) => { out.pageErrors = [...(out.pageErrors || []), String(err)]; });
+    page.on("dialog", async (dialog) => { out.dialogs.push(dialog.message()); await dialog.dismiss(); });
+    await page.goto(gateway + "/");
+    await page.waitForSelector("#key-form:not([hidden])");
+    await page.fill("#api-key", apiKey);
+    await page.click("#key-form button");
+    await page.evaluate((wf) => { location.hash = wf; }, workflowId);
+    await page.waitForSelector("#run-status.completed", { timeout: 60000 });
+    const tool = page.locator("#timeline li.tool").first();
+    await tool.locator("summary").click();
+    const button = tool.locator("button.artifact");
+    out.button = await button.innerText();
+    await button.click();
+    const frame = page.locator("iframe.preview");
+    await frame.waitFor({ timeout: 20000 });
+    out.sandbox = await frame.getAttribute("sandbox");
+    out.srcdocHasMarker = (await frame.getAttribute("srcdoc")).includes("artifact-marker");
+    await page.waitForTimeout(500);
+    out.heading = await page.frameLocator("iframe.preview").locator("h1").innerText();
+    out.ran = await page.evaluate(() => window.__artifactRan || 0);
+    return out;
+  } finally {
+    await browser.close();
+  }
+}
+
 // Open a workflow whose events carry markup in every field the console shows, beside task
 // and conversation lists that hold it too: report whether anything ran and what the page
 // shows. A payload that ran would set window.__shuttleXss or open a dialog.
@@ -256,5 +290,6 @@ async function restartScenario(workflowId) {
 const result = mode === "grpc-web" ? await grpcWeb()
   : mode === "restart" ? await restartScenario(process.argv[5])
   : mode === "approvals" ? await approvalScenario()
-  : mode === "hostile" ? await hostileScenario(process.argv[5]) : await consoleScenario();
+  : mode === "hostile" ? await hostileScenario(process.argv[5])
+  : mode === "artifact" ? await artifactScenario(process.argv[5]) : await consoleScenario();
 process.stdout.write(JSON.stringify(result) + "\n");
