@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,8 @@ class Reply:
     """One scripted answer: text, tool calls, or an HTTP error."""
 
     content: str = ""
-    tool_calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    tool_calls: Sequence[tuple[str, str, dict[str, Any] | str]] = field(default_factory=list)
+    """(id, name, arguments): an object, or text sent as the arguments exactly as written."""
     status: int = 200
     chunks: list[str] | None = None
     """For streamed calls: how the content is split into deltas (default: by word)."""
@@ -77,6 +78,10 @@ def error(
 
 
 Handler = Callable[[dict[str, Any]], Reply]
+
+
+def _arguments(args: dict[str, Any] | str) -> str:
+    return args if isinstance(args, str) else json.dumps(args)
 
 
 class ScriptedOpenAI:
@@ -145,7 +150,7 @@ class ScriptedOpenAI:
                 {
                     "id": call_id,
                     "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(args)},
+                    "function": {"name": name, "arguments": _arguments(args)},
                 }
                 for call_id, name, args in reply.tool_calls
             ]
@@ -189,7 +194,7 @@ class ScriptedOpenAI:
             index = 0 if reply.reuse_index_zero else number
             opening = {"index": index, "id": call_id, "type": "function"}
             yield frame({"tool_calls": [{**opening, "function": {"name": name, "arguments": ""}}]})
-            arguments = json.dumps(args)
+            arguments = _arguments(args)
             middle = len(arguments) // 2
             for part in (arguments[:middle], arguments[middle:]):
                 yield frame({"tool_calls": [{"index": index, "function": {"arguments": part}}]})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.executor.engine.state import LoopState, RunContext
-from services.executor.engine.synthesis import synthesis_messages
+from services.executor.engine.synthesis import echoes_prompt, synthesis_messages
 from services.executor.log.reporter import RunReporter
 from shuttle.envelope import ANSWER_RESTARTED
 from shuttle.llm.protocol import LLM, ChatResult, LLMError
@@ -38,6 +38,10 @@ async def stream_answer(
         )
         final = None
     answer = final.content if final is not None else (state.answer or "".join(parts))
+    if state.answer.strip() and (not answer.strip() or echoes_prompt(answer)):
+        # A synthesis that says nothing, or gives its prompt back, is no answer: the loop's
+        # own stands.
+        answer = state.answer
     tokens = final.usage.output_tokens if final is not None else 0
     await reporter.answer_completed(ctx.agent_id, answer, tokens)
     state.answer = answer

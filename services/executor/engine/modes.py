@@ -6,7 +6,7 @@ results into the conversation in the shape its protocol requires; the loop does 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -15,7 +15,9 @@ from services.executor.engine.json_actions import (
     REFORMAT_PROMPT,
     observation_message,
     parse_action,
+    replayable,
     system_prompt,
+    text_tool_calls,
 )
 from services.executor.engine.observations import model_observation
 from services.executor.ports import ToolDefinition
@@ -49,6 +51,8 @@ class Decision:
     answer: str
     reasoning: str
     parse_failed: bool = False
+    empty: bool = False
+    """Neither a tool call nor any text: the model said nothing."""
 
     @property
     def next_action(self) -> str:
@@ -67,7 +71,9 @@ class Mode(Protocol):
 
     def tool_schemas(self, tools: Sequence[ToolDefinition]) -> list[ToolSchema]: ...
 
-    def decide(self, response: ChatResult, agent_id: str, iteration: int) -> Decision: ...
+    def decide(
+        self, response: ChatResult, agent_id: str, iteration: int, offered: Collection[str]
+    ) -> Decision: ...
 
     def record_assistant(
         self, conversation: Conversation, response: ChatResult, decision: Decision
@@ -93,13 +99,23 @@ class NativeMode:
     def tool_schemas(self, tools: Sequence[ToolDefinition]) -> list[ToolSchema]:
         return [d.as_openai_tool() for d in tools]
 
-    def decide(self, response: ChatResult, agent_id: str, iteration: int) -> Decision:
+    def decide(
+        self, response: ChatResult, agent_id: str, iteration: int, offered: Collection[str]
+    ) -> Decision:
+        named = [(c.name, c.arguments) for c in response.tool_calls]
+        written = not named and bool(response.content)
+        if written:
+            # A model that writes its call as text (a <tool_call> block, a bare JSON object
+            # naming a tool) instead of calling meant to call.
+            named = text_tool_calls(response.content, offered)
         calls = tuple(
-            ToolRequest(call_id(agent_id, iteration, index), c.name, c.arguments)
-            for index, c in enumerate(response.tool_calls)
+            ToolRequest(call_id(agent_id, iteration, index), name, arguments)
+            for index, (name, arguments) in enumerate(named)
         )
-        reasoning = response.content or response.reasoning_content
-        return Decision(calls, "" if calls else response.content, reasoning)
+        reasoning = response.reasoning_content if written and calls else response.content
+        reasoning = reasoning or response.reasoning_content
+        answer = "" if calls else response.content
+        return Decision(calls, answer, reasoning, empty=not calls and not answer.strip())
 
     def record_assistant(
         self, conversation: Conversation, response: ChatResult, decision: Decision
@@ -108,11 +124,15 @@ class NativeMode:
         # re-issued model call reproduces.
         message: Message = {"role": "assistant", "content": response.content or None}
         if decision.calls:
+            if not response.tool_calls:
+                message["content"] = None  # the calls it wrote as text are the calls below
+            # Arguments that are no JSON object got an error observation; the conversation
+            # carries them as `{}`, which strict servers take on the next request.
             message["tool_calls"] = [
                 {
                     "id": call.call_id,
                     "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments_json},
+                    "function": {"name": call.name, "arguments": replayable(call.arguments_json)},
                 }
                 for call in decision.calls
             ]
@@ -149,7 +169,9 @@ class JsonMode:
     def tool_schemas(self, tools: Sequence[ToolDefinition]) -> list[ToolSchema]:
         return []
 
-    def decide(self, response: ChatResult, agent_id: str, iteration: int) -> Decision:
+    def decide(
+        self, response: ChatResult, agent_id: str, iteration: int, offered: Collection[str]
+    ) -> Decision:
         action = parse_action(response.content)
         if action is None:
             return Decision((), response.content, response.reasoning_content, parse_failed=True)

@@ -18,6 +18,7 @@ from services.executor.policies.interrupts import FollowUps
 from services.executor.policies.reflection import SelfReflection
 from services.executor.ports import ToolDefinition
 
+EMPTY_REPLY_PROMPT = "Your last reply was empty. Reply again: call a tool, or give your answer."
 BREVITY_PROMPT = (
     "Your last reply was cut off at the output limit and was not used. Reply again, "
     "briefly: a single tool call, or the answer in a few sentences."
@@ -80,7 +81,7 @@ def to_json_mode(state: LoopState, tools: Sequence[ToolDefinition], ctx: RunCont
 
 def decision_of(state: LoopState) -> Decision:
     assert state.response is not None, f"no response at stage {state.stage}"
-    return mode_of(state).decide(state.response, state.agent_id, state.iteration)
+    return mode_of(state).decide(state.response, state.agent_id, state.iteration, state.tools)
 
 
 def next_iteration(state: LoopState, max_iterations: int) -> None:
@@ -108,10 +109,15 @@ def settle(state: LoopState, decision: Decision) -> None:
         end_over_budget(state, decision)
     elif state.response.finish_reason == CUT_OFF:
         _cut_off(state)
+    elif decision.empty:
+        _empty_reply(state)
     elif decision.parse_failed:
-        # JSON mode: one reformat request; a second unparsable reply is the answer as is.
+        # JSON mode: one reformat request; a second unparsable reply is the answer as is,
+        # unless it holds nothing.
         if state.reformat_pending:
-            _answer(state, decision.answer)
+            _answer(
+                state, decision.answer if decision.answer.strip() else fallback_answer(state.steps)
+            )
             return
         state.reformat_pending = True
         mode.record_parse_failure(state.conversation, state.response)
@@ -134,6 +140,16 @@ def _cut_off(state: LoopState) -> None:
         return
     state.brevity_asked = True
     state.injections = [Injection("brevity_request", BREVITY_PROMPT)]
+    state.stage = Stage.INJECT
+
+
+def _empty_reply(state: LoopState) -> None:
+    """A reply with no call and no text is never the answer: one nudge, then the fallback."""
+    if state.nudged:
+        _answer(state, fallback_answer(state.steps))
+        return
+    state.nudged = True
+    state.injections = [Injection("empty_reply", EMPTY_REPLY_PROMPT)]
     state.stage = Stage.INJECT
 
 

@@ -98,6 +98,8 @@ class LoopState:
     reformat_pending: bool = False
     """JSON mode: the last reply could not be parsed and a reformat was asked for."""
     brevity_asked: bool = False
+    nudged: bool = False
+    """An empty reply was answered with a nudge: the next one ends the loop."""
     """The last reply was cut off at the output limit and a shorter one was asked for."""
     response: ChatResult | None = None
     """The iteration's model response, from DECIDED until the iteration is over."""

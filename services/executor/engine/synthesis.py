@@ -89,3 +89,12 @@ def budget_answer(steps: Sequence[ToolStep], budget: int, draft: str) -> str:
     elif not draft.strip():
         lines.append("Nothing was found before it ran out.")
     return "\n".join(lines)
+
+
+def echoes_prompt(reply: str) -> bool:
+    """Whether a synthesis merely gives its own prompt back (small models do) instead of
+    answering: it opens as the prompt does and carries another of its headings."""
+    body = reply.lstrip()
+    return body.startswith("Question:") and (
+        "Steps taken:" in body or "Draft answer from the agent:" in body
+    )

@@ -29,7 +29,7 @@ from shuttle.llm.retry_events import FEATURE_UNSUPPORTED
 JSON_MODE_FALLBACK = (FEATURE_UNSUPPORTED, "json_mode")
 """The endpoint refused `tools`, and the agent went on with JSON actions."""
 
-INJECTED_KINDS = ("cycle_warning", "self_reflection", "brevity_request")
+INJECTED_KINDS = ("cycle_warning", "self_reflection", "brevity_request", "empty_reply")
 """What a tool batch, or a reply cut off, calls for on its own (see progress)."""
 
 
