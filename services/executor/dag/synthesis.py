@@ -7,6 +7,7 @@ from typing import Any
 
 from services.executor.dag.handoff import cut
 from services.executor.dag.state import StepRecord
+from services.executor.log.prompts import PromptSettings, prompt_payload
 from services.executor.log.reporter import RunReporter
 from shuttle.llm.protocol import LLM, ChatResult, LLMError
 from shuttle.usage import TokenUsage
@@ -65,6 +66,9 @@ async def stream_team_answer(
     llm: LLM, reporter: RunReporter, messages: list[dict[str, Any]], fallback: str
 ) -> tuple[str, TokenUsage]:
     """The streamed answer and its usage; on a model failure, `fallback` (said on the log)."""
+    await reporter.llm_prompt(
+        SYNTHESIS_AGENT, prompt_payload(PromptSettings.of(llm), messages, "answer")
+    )
     stream = llm.stream_chat(messages)
     parts: list[str] = []
     final: ChatResult | None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from services.executor.engine.state import LoopState, RunContext
 from services.executor.engine.synthesis import synthesis_messages
+from services.executor.log.prompts import PromptSettings, prompt_payload
 from services.executor.log.reporter import RunReporter
 from shuttle.envelope import ANSWER_RESTARTED
 from shuttle.llm.protocol import LLM, ChatResult, LLMError
@@ -22,9 +23,11 @@ async def stream_answer(
     `restarting`: a run taken over mid-answer says so before streaming it again."""
     if restarting:
         await reporter.status_update(ctx.agent_id, "Answer restarted", {"kind": ANSWER_RESTARTED})
-    stream = llm.stream_chat(
-        synthesis_messages(query, state.steps, state.answer, ctx.history, ctx.task_context)
+    messages = synthesis_messages(query, state.steps, state.answer, ctx.history, ctx.task_context)
+    await reporter.llm_prompt(
+        ctx.agent_id, prompt_payload(PromptSettings.of(llm), messages, "answer")
     )
+    stream = llm.stream_chat(messages)
     parts: list[str] = []
     final: ChatResult | None
     try:

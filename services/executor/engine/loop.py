@@ -19,6 +19,7 @@ from services.executor.engine.selection import select_tools
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import Injection, LoopState, RunContext, Stage
 from services.executor.engine.tool_runner import ToolRunner
+from services.executor.log.prompts import PromptSettings, prompt_payload
 from services.executor.log.reporter import RunReporter
 from services.executor.policies.budget import TokenBudget, spend
 from services.executor.policies.context_guard import ContextGuard, Situation
@@ -183,6 +184,7 @@ class _RunLoop:
             agent.tools, agent.reporter, ctx, [t.name for t in tools], settings.tool_timeout_seconds
         )
         self.guard = ContextGuard(agent.llm, settings.context_budget, settings.compact_keep_recent)
+        self.prompt = PromptSettings.of(agent.llm)
         self.max_iterations = settings.max_iterations
         self.stages: dict[Stage, Callable[[], Awaitable[None]]] = {
             Stage.CALL: self._call,
@@ -213,7 +215,11 @@ class _RunLoop:
 
     async def _think(self) -> None:
         state = self.state
-        response = await self.agent.llm.chat(state.conversation.messages, self.schemas)
+        messages = state.conversation.messages
+        await self.reporter.llm_prompt(
+            self.ctx.agent_id, prompt_payload(self.prompt, messages, "tool_loop")
+        )
+        response = await self.agent.llm.chat(messages, self.schemas)
         await self._account(response.usage)
         await self.reporter.llm_output(self.ctx.agent_id, response, phase="tool_loop")
         state.response = response

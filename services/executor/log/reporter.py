@@ -172,13 +172,25 @@ class RunReporter:
         await self._emit("AGENT_COMPLETED", "Agent completed successfully", payload, agent_id)
 
     async def thinking(
-        self, agent_id: str, iteration: int, status: str, reasoning: str = "", next_action: str = ""
+        self,
+        agent_id: str,
+        iteration: int,
+        status: str,
+        reasoning: str = "",
+        next_action: str = "",
+        confidence: float | None = None,
     ) -> None:
         payload: dict[str, Any] = {"status": status, "iteration": iteration}
         if status == "done":
             payload |= {"thought": reasoning, "reasoning": reasoning, "next_action": next_action}
+        if confidence is not None:
+            payload["confidence"] = confidence
         message = "Thinking…" if status == "start" else (reasoning[:120] or "Decided next step")
         await self._emit("AGENT_THINKING", message, payload, agent_id)
+
+    async def llm_prompt(self, agent_id: str, payload: Mapping[str, Any]) -> None:
+        """Before a model call (log/prompts.py builds the payload); ephemeral by default."""
+        await self._emit("LLM_PROMPT", "Sending prompt to LLM", payload, agent_id)
 
     async def llm_output(self, agent_id: str, result: ChatResult, phase: str) -> None:
         # Exact cost and the calls' arguments: a run taken over rebuilds its conversation
@@ -258,8 +270,12 @@ class RunReporter:
     # -- guards, context, budget -------------------------------------------------------------
 
     async def status_update(self, agent_id: str, message: str, payload: Mapping[str, Any]) -> None:
-        """A phase (`payload.phase`) or an injected guard message (`payload.kind`)."""
-        await self._emit("STATUS_UPDATE", message, payload, agent_id)
+        """A phase (`payload.phase`) or an injected guard message (`payload.kind`); the
+        catalogue's `status` names which, `details` says it in words."""
+        status = payload.get("phase") or payload.get("kind") or ""
+        await self._emit(
+            "STATUS_UPDATE", message, {"status": status, "details": message, **payload}, agent_id
+        )
 
     async def compacted(
         self,
@@ -274,6 +290,9 @@ class RunReporter:
         """`entries`: the compacted conversation against the one before (indexes of the
         messages kept, new messages whole), from which a run taken over rebuilds it."""
         payload = {
+            "key": "conversation",
+            "value": {"messages": kept_messages, "tokens": tokens_after},
+            "action": "COMPACT",
             "kind": "compact",
             "method": method,
             "original_messages": original_messages,
