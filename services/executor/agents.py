@@ -16,7 +16,14 @@ from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import RunContext
 from services.executor.log.reporter import RunReporter
-from services.executor.ports import ClaimedRun, RunRequest, ToolDefinition, ToolPort, ToolSelector
+from services.executor.ports import (
+    ClaimedRun,
+    Route,
+    RunRequest,
+    ToolDefinition,
+    ToolPort,
+    ToolSelector,
+)
 from services.executor.recovery.records import monotonic_since
 from services.executor.recovery.run import RunRecovery, Tuning
 from shuttle.llm.protocol import LLM
@@ -87,23 +94,25 @@ class RunAgents:
     async def drive(
         self,
         run: ActiveRun,
-        mode: str,
+        route: Route,
         ctx: RunContext,
         reporter: RunReporter,
         recovery: RunRecovery | None,
     ) -> Finished:
-        if mode == "COMPLEX":
-            return await self._team(run, ctx, reporter, recovery)
-        return await self._react(run, mode, ctx, reporter, recovery)
+        """The run's agent (or team), charged with what routing it spent."""
+        if route.mode == "COMPLEX":
+            return await self._team(run, route.usage, ctx, reporter, recovery)
+        return await self._react(run, route, ctx, reporter, recovery)
 
     async def _react(
         self,
         run: ActiveRun,
-        mode: str,
+        route: Route,
         ctx: RunContext,
         reporter: RunReporter,
         recovery: RunRecovery | None,
     ) -> Finished:
+        mode = route.mode
         agent = ReActAgent(
             run.llm.with_observer(RetryReporter(reporter.emit, ctx.agent_id)),
             self.tools,
@@ -117,7 +126,7 @@ class RunAgents:
         catalog = await run.catalog
         record = recovery.agent if recovery is not None else None
         if record is None:
-            result = await agent.run(run.request.query, ctx, catalog=catalog)
+            result = await agent.run(run.request.query, ctx, catalog=catalog, spent=route.usage)
         else:
             started = monotonic_since(record.started_at)
             result = await agent.resume(record.state, record.prompt, ctx, catalog, started)
@@ -127,6 +136,7 @@ class RunAgents:
     async def _team(
         self,
         run: ActiveRun,
+        routing: TokenUsage,
         ctx: RunContext,
         reporter: RunReporter,
         recovery: RunRecovery | None,
@@ -164,6 +174,9 @@ class RunAgents:
             running=recovery.running if recovery is not None else None,
             started=started_at(recovery),
         )
+        if recovery is None:  # a team taken over folded it from WORKFLOW_STARTED
+            team.state.own_usage += routing
+            team.state.budget.charge(routing.total_tokens)
         run.usage = lambda: team.usage
         result = await team.run(list(await run.catalog))
         return Finished(

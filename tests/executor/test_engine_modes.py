@@ -376,6 +376,8 @@ async def test_a_failed_selection_keeps_every_tool(
         "phase": "tools_selected",
         "selected": names,
         "fell_back": True,
+        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cached_tokens": 0},
+        "cost_usd": 0.0,
     }
     assert [t["function"]["name"] for t in script.loop_calls[0]["tools"]] == names
 

@@ -83,8 +83,10 @@ class ReActAgent:
         role: str = "assistant",
         subtask: str = "",
         catalog: Sequence[ToolDefinition] | None = None,
+        spent: TokenUsage | None = None,
     ) -> LoopState:
-        """`catalog` is the tools listed for the run already, if they were."""
+        """`catalog` is the tools listed for the run already, if they were; `spent` what the
+        run spent before its agent started (routing it), counted as the agent's own."""
         started = time.monotonic()
         if catalog is None:
             catalog = await self.tools.list_tools(ctx.tenant_id)
@@ -97,6 +99,9 @@ class ReActAgent:
             prompt=query if subtask and subtask != query else "",
             tool_mode="native" if state.native else "json",
         )
+        if spent is not None:
+            state.usage += spent
+            await spend(state.budget, spent.total_tokens, self.reporter, ctx.agent_id)
         return await self.resume(state, query, ctx, catalog, started)
 
     async def resume(
@@ -152,7 +157,7 @@ class ReActAgent:
             f"Selecting tools among {len(tools)}",
             {"phase": "selecting_tools", "total_tools": len(tools)},
         )
-        selected, fell_back = await select_tools(
+        selected, fell_back, usage = await select_tools(
             self.selector, ctx.workflow_id, query, tools, self.settings.tool_selection_max
         )
         await self.reporter.status_update(
@@ -162,8 +167,15 @@ class ReActAgent:
                 "phase": "tools_selected",
                 "selected": [t.name for t in selected],
                 "fell_back": fell_back,
+                "usage": usage.as_payload(),
+                "cost_usd": usage.cost_usd,
             },
         )
+        # The selection call is the run's as much as the loop's calls are (a takeover reads
+        # it back from the event above).
+        assert self.state is not None
+        self.state.usage += usage
+        await spend(self.state.budget, usage.total_tokens, self.reporter, ctx.agent_id)
         return selected
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.executor.log.emitter import EventEmitter
+from services.executor.ports import Route
 from shuttle.llm.protocol import ChatResult
 from shuttle.tool_calls import ToolOutcome
 from shuttle.usage import TokenUsage
@@ -72,18 +73,19 @@ class RunReporter:
     async def workflow_started(
         self,
         query: str,
-        mode: str,
+        route: Route,
         session_id: str,
-        estimated_complexity: float,
         executor: str = "",
     ) -> None:
-        """`executor`: the replica that runs it (whoever takes the run over names it)."""
+        """`executor`: the replica that runs it (whoever takes the run over names it);
+        `routing` what deciding the mode spent, which the run's usage includes."""
         payload = {
             "query": query,
-            "mode": mode,
+            "mode": route.mode,
             "session_id": session_id,
-            "estimated_complexity": estimated_complexity,
+            "estimated_complexity": route.estimated_complexity,
             "executor": executor,
+            "routing": {"usage": route.usage.as_payload(), "cost_usd": route.usage.cost_usd},
         }
         await self._emit("WORKFLOW_STARTED", "Workflow started", payload)
 
