@@ -17,7 +17,7 @@ from tests.support.scripted_openai import ScriptedOpenAI
 pytestmark = pytest.mark.integration
 
 
-def routed_runs(backends: Backends, server: ScriptedOpenAI, **settings: object) -> RunManager:
+def routed_runs(backends: Backends, server: ScriptedOpenAI, token_budget: int = 0) -> RunManager:
     """Runs routed by the planner, which also chooses among every tool (threshold 0)."""
     return RunManager(
         registry=GrpcWorkflowRegistry(backends.client),
@@ -25,7 +25,10 @@ def routed_runs(backends: Backends, server: ScriptedOpenAI, **settings: object) 
         tools=backends.tools,
         llm=OpenAIModel(server.base_url, "test-key", "scripted-model", 10.0, 0),
         settings=replace(
-            agent_defaults(), tool_timeout_seconds=10, tool_selection_threshold=0, **settings
+            agent_defaults(),
+            tool_timeout_seconds=10,
+            tool_selection_threshold=0,
+            token_budget=token_budget or agent_defaults().token_budget,
         ),
         router=backends.planner,
         selector=backends.planner,
