@@ -11,9 +11,7 @@ import pytest
 
 from services.executor.dag.steps import StepLimits
 from services.executor.ports import RunRequest
-from shuttle.llm.factory import ModelRegistry, RegisteredModel
 from shuttle.llm.openai_model import OpenAIModel
-from shuttle.llm.protocol import ROLES
 from shuttle.plans import PlanError, PlanStep, check_plan
 from shuttle.v1 import common_pb2, events_pb2, executor_pb2
 from tests.executor.conftest import TENANT, Backends, first, of_type, types_of
@@ -400,35 +398,3 @@ async def wait_for(dag: Backends, workflow_id: str, type_: str) -> None:
             stream.cancel()
             return
     raise AssertionError(f"the log ended without {type_}")
-
-
-async def test_a_step_runs_on_the_model_its_plan_hints(
-    dag: Backends, server: TimedScriptedOpenAI, team: TeamModel
-) -> None:
-    team.plans = [
-        {
-            "steps": [
-                {"id": "s1", "task": "Research A"},
-                {"id": "s2", "task": "Research B", "model_hint": "careful"},
-            ]
-        }
-    ]
-    careful_team = TeamModel(plans=[])
-    careful_server = TimedScriptedOpenAI(careful_team)
-    careful_server.start()
-    careful = OpenAIModel(careful_server.base_url, "k", "careful-model", 10.0, 0)
-    default = executor_model(server)
-    registry = ModelRegistry(
-        [RegisteredModel("main", ROLES, default), RegisteredModel("careful", ("general",), careful)]
-    )
-    try:
-        runs = dag.run_manager(default, models=registry)
-        events = await dag.run_to_end(runs, "Compare A and B", mode="COMPLEX")
-    finally:
-        careful_server.stop()
-
-    assert types_of(events)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
-    assert "s1" in team.calls and "s2" not in team.calls
-    assert set(careful_team.calls) == {"s2"}
-    prompts = {e["agent_id"]: e["payload"]["model"] for e in of_type(events, "LLM_PROMPT")}
-    assert (prompts["s1"], prompts["s2"]) == ("scripted-model", "careful-model")
