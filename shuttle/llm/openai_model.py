@@ -22,6 +22,7 @@ from shuttle.llm.protocol import (
     ContextOverflowError,
     LLMError,
     Message,
+    ReasoningSink,
     ResponseFormat,
     RetryObserver,
     ToolChoice,
@@ -203,9 +204,13 @@ class OpenAIModel:
         )
 
     def stream_chat(
-        self, messages: Sequence[Message], tools: Sequence[ToolSchema] = ()
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema] = (),
+        *,
+        on_reasoning: ReasoningSink | None = None,
     ) -> OpenAIChatStream:
-        return OpenAIChatStream(self, list(messages), list(tools))
+        return OpenAIChatStream(self, list(messages), list(tools), on_reasoning)
 
     async def close(self) -> None:
         await self._endpoint.client.close()
@@ -292,10 +297,17 @@ class OpenAIChatStream:
     an error rather than a silent restart that would repeat it.
     """
 
-    def __init__(self, llm: OpenAIModel, messages: list[Message], tools: list[ToolSchema]) -> None:
+    def __init__(
+        self,
+        llm: OpenAIModel,
+        messages: list[Message],
+        tools: list[ToolSchema],
+        on_reasoning: ReasoningSink | None = None,
+    ) -> None:
         self._llm = llm
         self._messages = messages
         self._tools = tools
+        self._on_reasoning = on_reasoning
         self._result: ChatResult | None = None
 
     @property
@@ -335,6 +347,8 @@ class OpenAIChatStream:
                     thought = reasoning_of(delta)
                     if thought:
                         reasoning.append(thought)
+                        if self._on_reasoning is not None:
+                            await self._on_reasoning(thought)
                     piece = answer.piece(text_of(delta.get("content")))
                     if piece:
                         parts.append(piece)

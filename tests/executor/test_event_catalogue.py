@@ -45,6 +45,7 @@ CATALOGUE: dict[str, set[str]] = {
     "MESSAGE_SENT": {"to", "content", "message_type"},
     "MESSAGE_RECEIVED": {"from", "content", "acknowledged"},
     "LLM_PROMPT": {"model", "prompt_length", "max_tokens", "temperature", "sanitized_prompt"},
+    "LLM_PARTIAL": {"chunk", "chunk_index", "total_tokens_so_far"},
     "LLM_OUTPUT": {"output", "model", "provider", "usage", "cost_usd", "duration_ms"},
     "PROGRESS": {"percentage", "current_step", "total_steps", "current_task"},
     "DATA_PROCESSING": {"operation", "records_processed", "total_records", "processing_stage"},

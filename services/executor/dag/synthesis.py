@@ -7,6 +7,7 @@ from typing import Any
 
 from services.executor.dag.handoff import cut
 from services.executor.dag.state import StepRecord
+from services.executor.log.partials import ReasoningRelay
 from services.executor.log.prompts import PromptSettings, prompt_payload
 from services.executor.log.reporter import RunReporter
 from shuttle.llm.protocol import LLM, ChatResult, LLMError
@@ -69,7 +70,9 @@ async def stream_team_answer(
     await reporter.llm_prompt(
         SYNTHESIS_AGENT, prompt_payload(PromptSettings.of(llm), messages, "answer")
     )
-    stream = llm.stream_chat(messages)
+    stream = llm.stream_chat(
+        messages, on_reasoning=ReasoningRelay(reporter, SYNTHESIS_AGENT, "answer")
+    )
     parts: list[str] = []
     final: ChatResult | None
     try:

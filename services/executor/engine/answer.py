@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from services.executor.engine.state import LoopState, RunContext
 from services.executor.engine.synthesis import synthesis_messages
+from services.executor.log.partials import ReasoningRelay
 from services.executor.log.prompts import PromptSettings, prompt_payload
 from services.executor.log.reporter import RunReporter
 from shuttle.envelope import ANSWER_RESTARTED
@@ -27,7 +28,9 @@ async def stream_answer(
     await reporter.llm_prompt(
         ctx.agent_id, prompt_payload(PromptSettings.of(llm), messages, "answer")
     )
-    stream = llm.stream_chat(messages)
+    stream = llm.stream_chat(
+        messages, on_reasoning=ReasoningRelay(reporter, ctx.agent_id, "answer")
+    )
     parts: list[str] = []
     final: ChatResult | None
     try:

@@ -194,6 +194,10 @@ class RunReporter:
         """Before a model call (log/prompts.py builds the payload); ephemeral by default."""
         await self._emit("LLM_PROMPT", "Sending prompt to LLM", payload, agent_id)
 
+    async def llm_partial(self, agent_id: str, payload: Mapping[str, Any]) -> None:
+        """Streamed output that is not the answer (log/partials.py); ephemeral."""
+        await self._emit("LLM_PARTIAL", "Received partial LLM output", payload, agent_id)
+
     async def llm_output(self, agent_id: str, result: ChatResult, phase: str) -> None:
         # Exact cost and the calls' arguments: a run taken over rebuilds its conversation
         # and its spending from these.
