@@ -210,7 +210,9 @@ class OpenAIModel:
         *,
         on_reasoning: ReasoningSink | None = None,
     ) -> OpenAIChatStream:
-        return OpenAIChatStream(self, list(messages), list(tools), on_reasoning)
+        stream = OpenAIChatStream(self, list(messages), list(tools))
+        stream.on_reasoning = on_reasoning
+        return stream
 
     async def close(self) -> None:
         await self._endpoint.client.close()
@@ -297,17 +299,11 @@ class OpenAIChatStream:
     an error rather than a silent restart that would repeat it.
     """
 
-    def __init__(
-        self,
-        llm: OpenAIModel,
-        messages: list[Message],
-        tools: list[ToolSchema],
-        on_reasoning: ReasoningSink | None = None,
-    ) -> None:
+    def __init__(self, llm: OpenAIModel, messages: list[Message], tools: list[ToolSchema]) -> None:
+        self.on_reasoning: ReasoningSink | None = None
         self._llm = llm
         self._messages = messages
         self._tools = tools
-        self._on_reasoning = on_reasoning
         self._result: ChatResult | None = None
 
     @property
@@ -347,8 +343,8 @@ class OpenAIChatStream:
                     thought = reasoning_of(delta)
                     if thought:
                         reasoning.append(thought)
-                        if self._on_reasoning is not None:
-                            await self._on_reasoning(thought)
+                        if self.on_reasoning is not None:
+                            await self.on_reasoning(thought)
                     piece = answer.piece(text_of(delta.get("content")))
                     if piece:
                         parts.append(piece)
