@@ -27,6 +27,9 @@ DEFAULT_PORTS = {"events": 50051, "tools": 50052, "planner": 50053, "executor": 
 DEFAULT_GATEWAY_PORT = 8080
 DEFAULT_MAX_BUDGET_TOKENS = 10_000_000
 DEFAULT_MAX_OUTPUT_TOKENS = 1024
+# How far past the events service's clock a producer's event timestamp may be: clocks of
+# the same deployment differ by far less; a stamp beyond it is a broken clock or a bug.
+DEFAULT_EVENTS_MAX_FUTURE_SECONDS = 300.0
 
 
 class AuthMode(StrEnum):
@@ -160,6 +163,7 @@ class Settings(BaseSettings):
     events_purge_interval_seconds: float = Field(3600.0, gt=0)
     events_poll_seconds: float = Field(1.0, gt=0)
     events_durable_llm_prompt: bool = False
+    events_max_future_seconds: float = Field(DEFAULT_EVENTS_MAX_FUTURE_SECONDS, gt=0)
     # How often each events replica looks for runs no executor took over (below).
     events_lease_sweep_seconds: float = Field(5.0, gt=0)
     # A run whose lease lapsed (or was released) is taken over by another executor; one left

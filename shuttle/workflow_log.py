@@ -4,6 +4,7 @@ append can fail."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,12 +12,15 @@ from typing import Any
 
 @dataclass(frozen=True)
 class EventDraft:
-    """An event as a producer writes it; the events service gives it its seq and time."""
+    """An event as a producer writes it, stamped when it was made; the events service gives
+    it its seq."""
 
     type: str
     message: str
     payload: Mapping[str, Any] = field(default_factory=dict)
     agent_id: str = ""
+    at: float = field(default_factory=time.time)
+    """When it happened (seconds since the epoch): not when a batch carried it."""
 
 
 @dataclass(frozen=True)

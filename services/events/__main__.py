@@ -76,7 +76,11 @@ async def build(settings: Settings) -> GrpcService:
         )
         poll = None
     event_log = EventLog(
-        store, hot, poll_seconds=poll, list_max_bytes=settings.events_list_max_bytes
+        store,
+        hot,
+        poll_seconds=poll,
+        list_max_bytes=settings.events_list_max_bytes,
+        max_future_seconds=settings.events_max_future_seconds,
     )
     leases = LeaseStore(engine, writes=store)
     servicer = EventServiceServicer(event_log, leases, records_spans=settings.exports_traces)

@@ -7,9 +7,10 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Collection, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from shuttle.metrics import EVENTS_APPENDED, SUBSCRIBER_CATCHUPS, SUBSCRIBER_LAG
+from shuttle.settings import DEFAULT_EVENTS_MAX_FUTURE_SECONDS as DEFAULT_MAX_FUTURE_SECONDS
 
 from .cuts import leading_run, wanted_part, within_bounds
 from .errors import InvalidArgument
@@ -70,6 +71,7 @@ class EventLog:
         replay_page_bytes: int = REPLAY_PAGE_BYTES,
         poll_seconds: float | None = None,
         list_max_bytes: int = DEFAULT_LIST_MAX_BYTES,
+        max_future_seconds: float = DEFAULT_MAX_FUTURE_SECONDS,
     ):
         self._store = store
         self._hot = hot
@@ -77,6 +79,7 @@ class EventLog:
         self._replay_page_bytes = replay_page_bytes
         self._poll = poll_seconds
         self._list_max_bytes = list_max_bytes
+        self._max_future = timedelta(seconds=max_future_seconds)
         # A database taking concurrent writers commits several groups at once, each
         # workflow always in the same lane, so its batches still commit and publish in order.
         lanes = 1 if store.single_writer else WRITER_LANES
@@ -144,7 +147,7 @@ class EventLog:
         _check_target(workflow_id, tenant_id)
         check_producer(producer_id, batch_seq)
         check_epoch("lease_epoch", lease_epoch)
-        check_batch(events)
+        check_batch(events, datetime.now(UTC) + self._max_future)
         batch, added = close_after_terminal(shape_batch(events))
         # Concurrent appends (any workflows) share one transaction; each is published
         # before its call returns, and even if its caller gives up meanwhile.

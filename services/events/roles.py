@@ -47,11 +47,13 @@ CALLER_ROLES = method_roles(
 
 APPROVAL_TYPES = frozenset({"APPROVAL_REQUESTED", "WAITING", "APPROVAL_DECISION"})
 RETRY_REPORT_TYPES = frozenset({"ERROR_OCCURRED", "ERROR_RECOVERY"})
+TOOLS_TYPES = APPROVAL_TYPES | {"DATA_PROCESSING"}
+"""What the tools service appends: its approval gate, and what its data tools processed."""
 
 _WHAT_EACH_APPENDS = {
     EXECUTOR: "every event but the approval gate's (APPROVAL_REQUESTED, WAITING, "
     "APPROVAL_DECISION), which are the tools service's",
-    TOOLS: "only APPROVAL_REQUESTED, WAITING and APPROVAL_DECISION",
+    TOOLS: "only APPROVAL_REQUESTED, WAITING, APPROVAL_DECISION and DATA_PROCESSING",
     PLANNER: "only its retry reports: ERROR_RECOVERY and ERROR_OCCURRED that is not fatal",
 }
 
@@ -74,7 +76,7 @@ def _may_append(role: str, event: NewEvent) -> bool:
     if role == EXECUTOR:
         return event.type not in APPROVAL_TYPES
     if role == TOOLS:
-        return event.type in APPROVAL_TYPES
+        return event.type in TOOLS_TYPES
     if role == PLANNER:
         return event.type in RETRY_REPORT_TYPES and not _fatal(event)
     return False

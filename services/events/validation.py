@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Sequence
+from datetime import datetime
 
 import orjson
 
@@ -49,9 +50,9 @@ def check_key(field: str, value: str) -> None:
         raise InvalidArgument(f"{field} is {len(value)} characters; at most {ID_LENGTH} allowed")
 
 
-def check_batch(batch: Sequence[NewEvent]) -> None:
+def check_batch(batch: Sequence[NewEvent], latest: datetime | None = None) -> None:
     """A batch is 1-1000 events of known types, JSON-object payloads, at most 4 MiB,
-    with nothing after a STREAM_END."""
+    with nothing after a STREAM_END, and (given `latest`) no timestamp later than it."""
     if not batch:
         raise InvalidArgument("events is empty: a batch holds at least one event")
     if len(batch) > MAX_BATCH_EVENTS:
@@ -81,12 +82,23 @@ def check_batch(batch: Sequence[NewEvent]) -> None:
                 "event type; set one of the 35 EventType values"
             )
         _check_payload(index, event.payload_json)
-        if event.timestamp is not None and event.timestamp.tzinfo is None:
-            raise InvalidArgument(f"event {index}: timestamp has no time zone")
+        if event.timestamp is not None:
+            _check_timestamp(index, event.timestamp, latest)
         if event.type == "STREAM_END":
             end_at = index
         elif is_terminal(event):
             terminal_at = index
+
+
+def _check_timestamp(index: int, moment: datetime, latest: datetime | None) -> None:
+    if moment.tzinfo is None:
+        raise InvalidArgument(f"event {index}: timestamp has no time zone")
+    if latest is not None and moment > latest:
+        raise InvalidArgument(
+            f"event {index}: timestamp {moment.isoformat()} is in the future (the log takes "
+            f"none later than {latest.isoformat()}, SHUTTLE_EVENTS_MAX_FUTURE_SECONDS past "
+            "its own clock): check the producer's clock"
+        )
 
 
 def check_producer(producer_id: str, batch_seq: int) -> None:

@@ -18,7 +18,14 @@ from services.executor.engine.loop import ReActAgent
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import RunContext
 from services.executor.log.reporter import RunReporter
-from services.executor.ports import ClaimedRun, RunRequest, ToolDefinition, ToolPort, ToolSelector
+from services.executor.ports import (
+    ClaimedRun,
+    Route,
+    RunRequest,
+    ToolDefinition,
+    ToolPort,
+    ToolSelector,
+)
 from services.executor.recovery.records import monotonic_since
 from services.executor.recovery.run import RunRecovery, Tuning
 from shuttle.llm.protocol import LLM
@@ -89,27 +96,29 @@ class RunAgents:
     async def drive(
         self,
         run: ActiveRun,
-        mode: str,
+        route: Route,
         ctx: RunContext,
         reporter: RunReporter,
         recovery: RunRecovery | None,
         started: float,
     ) -> Finished:
-        """`started`: when the run started (monotonic clock), which its deadline counts from."""
+        """The run's agent (or team), charged with what routing it spent; `started`: when
+        the run started (monotonic clock), which its deadline counts from."""
         deadline = RunDeadline.from_start(started, self.settings.run_timeout_seconds)
-        if mode == "COMPLEX":
-            return await self._team(run, ctx, reporter, recovery, deadline)
-        return await self._react(run, mode, ctx, reporter, recovery, deadline)
+        if route.mode == "COMPLEX":
+            return await self._team(run, route.usage, ctx, reporter, recovery, deadline)
+        return await self._react(run, route, ctx, reporter, recovery, deadline)
 
     async def _react(
         self,
         run: ActiveRun,
-        mode: str,
+        route: Route,
         ctx: RunContext,
         reporter: RunReporter,
         recovery: RunRecovery | None,
         deadline: RunDeadline,
     ) -> Finished:
+        mode = route.mode
         llm = run.llm.with_observer(RetryReporter(reporter.emit, ctx.agent_id))
         agent = ReActAgent(
             llm.with_deadline(deadline.at),
@@ -125,7 +134,7 @@ class RunAgents:
         record = recovery.agent if recovery is not None else None
         query = run.request.query if record is None else record.prompt
         if record is None:
-            ran = await deadline.run(agent.run(query, ctx, catalog=catalog))
+            ran = await deadline.run(agent.run(query, ctx, catalog=catalog, spent=route.usage))
         else:
             started = monotonic_since(record.started_at)
             ran = await deadline.run(agent.resume(record.state, query, ctx, catalog, started))
@@ -141,6 +150,7 @@ class RunAgents:
     async def _team(
         self,
         run: ActiveRun,
+        routing: TokenUsage,
         ctx: RunContext,
         reporter: RunReporter,
         recovery: RunRecovery | None,
@@ -179,6 +189,9 @@ class RunAgents:
             running=recovery.running if recovery is not None else None,
             started=started_at(recovery),
         )
+        if recovery is None:  # a team taken over folded it from WORKFLOW_STARTED
+            team.state.own_usage += routing
+            team.state.budget.charge(routing.total_tokens)
         run.usage = lambda: team.usage
         result = await deadline.run(team.run(list(await run.catalog)))
         if result is None:

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from services.executor.recovery.records import Recorded
 from shuttle.llm.protocol import Message
 from shuttle.tool_calls import ToolCall, ToolOutcome
+from shuttle.usage import TokenUsage
 from shuttle.workflow_log import EventDraft
 
 
@@ -59,12 +60,19 @@ class EventSink(Protocol):
     async def append(self, drafts: Sequence[EventDraft]) -> Sequence[int]: ...
 
 
+@dataclass(frozen=True)
+class Selection:
+    """The tools a selection call chose, and what that call spent."""
+
+    names: Sequence[str] | None
+    """Names of the tools worth offering; None when selection failed."""
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+
 class ToolSelector(Protocol):
     async def select(
         self, workflow_id: str, query: str, tools: Sequence[ToolDefinition], max_tools: int
-    ) -> Sequence[str] | None:
-        """Names of the tools worth offering for `query`; None when selection failed."""
-        ...
+    ) -> Selection: ...
 
 
 class LeaseRefused(Exception):
@@ -180,6 +188,8 @@ MODES = ("SIMPLE", "STANDARD", "COMPLEX")
 class Route:
     mode: str
     estimated_complexity: float
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    """What deciding the route spent (nothing when the caller chose the mode)."""
 
 
 class Router(Protocol):

@@ -285,12 +285,11 @@ class RunManager:
                 await asyncio.wait({run.catalog}, timeout=CATALOG_SETTLE_SECONDS)
                 await reporter.workflow_started(
                     request.query,
-                    route.mode,
+                    route,
                     request.session_id,
-                    route.estimated_complexity,
                     self._leasing.owner if self._leasing is not None else "",
                 )
-            result = await self._agents.drive(run, route.mode, ctx, reporter, recovery, started)
+            result = await self._agents.drive(run, route, ctx, reporter, recovery, started)
             await reporter.workflow_completed(
                 result.answer,
                 int((time.monotonic() - started) * 1000),

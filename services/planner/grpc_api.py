@@ -182,6 +182,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
                 request.query,
                 _tools(request.tools),
                 request.context,
+                self._models.roster,
             )
         except ContextOverflowError as exc:
             await _abort(context, grpc.StatusCode.OUT_OF_RANGE, str(exc))

@@ -51,8 +51,9 @@ PLANNER_PROMPT = (
     "You plan how to solve a task as a small set of steps that can run in parallel where "
     "they do not depend on each other. Each step has a short unique id (s1, s2, …), a task "
     "an agent can do on its own, the ids of the steps whose results it needs "
-    "(dependencies), and optionally the tool it will mostly use (tool_hint). Use as few "
-    f"steps as the task needs (at most {MAX_STEPS}); no cycles."
+    "(dependencies), and optionally the tool it will mostly use (tool_hint) and the model "
+    "it should run on (model_hint). Use as few steps as the task needs "
+    f"(at most {MAX_STEPS}); no cycles."
 )
 
 
@@ -150,10 +151,28 @@ def _dependencies(item: Mapping[str, Any], step_id: str, repairs: list[str]) -> 
     return deps
 
 
-def plan_messages(query: str, tools: Sequence[ToolInfo], context: str) -> list[dict[str, Any]]:
+ModelEntry = tuple[str, Sequence[str]]
+"""A model a step may run on: its name and roles."""
+
+
+def model_roster(models: Sequence[ModelEntry]) -> str:
+    """The models a plan may hint at, one a line; empty when there is no choice to make."""
+    if len(models) < 2:
+        return ""
+    lines = [f"- {name} (roles: {', '.join(roles) or 'none'})" for name, roles in models]
+    return (
+        "\n\nModels the steps can run on (set model_hint to one of these names for a step "
+        "that suits its roles; leave it empty for the default):\n" + "\n".join(lines)
+    )
+
+
+def plan_messages(
+    query: str, tools: Sequence[ToolInfo], context: str, models: Sequence[ModelEntry] = ()
+) -> list[dict[str, Any]]:
     system = PLANNER_PROMPT
     if tools:
         system += f"\n\nTools the agents can use:\n{compact_catalog(tools)}"
+    system += model_roster(models)
     user = f"Task: {query}"
     if context:
         user += f"\n\nResults so far (plan only what is still missing):\n{context}"
@@ -161,13 +180,18 @@ def plan_messages(query: str, tools: Sequence[ToolInfo], context: str) -> list[d
 
 
 async def make_plan(
-    llm: LLM, query: str, tools: Sequence[ToolInfo] = (), context: str = ""
+    llm: LLM,
+    query: str,
+    tools: Sequence[ToolInfo] = (),
+    context: str = "",
+    models: Sequence[ModelEntry] = (),
 ) -> PlanOutcome:
     """Raises StructuredOutputError (whose message carries the last PlanError) if no level
-    produced a usable plan."""
+    produced a usable plan. `models` are those the steps may name in `model_hint` (the
+    executor runs a step whose hint names none of its models on the default one)."""
     result = await structured_llm_call(
         llm,
-        plan_messages(query, tools, context),
+        plan_messages(query, tools, context, models),
         PLAN_SCHEMA,
         parse_fn=validate_plan,
         schema_name="submit_plan",

@@ -16,6 +16,7 @@ from services.tools.builtins import BuiltinConfig, default_tools
 from services.tools.builtins.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 from services.tools.catalog import ToolRegistry
 from services.tools.cleanup import WorkflowDataCleaner
+from services.tools.data_reports import DataReports, ToolsProducer
 from services.tools.db import create_schema
 from services.tools.event_log import GrpcWorkflowLog
 from services.tools.grpc_api import CALLER_ROLES, SERVICE_NAME, ToolServiceServicer
@@ -117,10 +118,8 @@ async def build(settings: Settings) -> GrpcService:
     events_channel = open_channel(
         settings.grpc_target("events"), ChannelAuth.for_component(settings, TOOLS)
     )
-    approvals = ApprovalService(
-        ApprovalStore(engine),
-        GrpcWorkflowLog(EventsClient(events_channel, retry_seconds=settings.events_retry_seconds)),
-    )
+    events_client = EventsClient(events_channel, retry_seconds=settings.events_retry_seconds)
+    approvals = ApprovalService(ApprovalStore(engine), GrpcWorkflowLog(events_client))
     buckets = _buckets(settings)
     try:
         chain = build_chain(
@@ -142,6 +141,7 @@ async def build(settings: Settings) -> GrpcService:
         default_timeout_seconds=settings.tool_timeout_seconds,
         hooks=chain,
         artifacts=ArtifactStore(config.workspaces),
+        data_reports=DataReports(ToolsProducer(events_client)),
     )
 
     ledger, close_ledger = await open_ledger(engine, writes)

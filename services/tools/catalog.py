@@ -60,6 +60,18 @@ class ToolSpec:
 
 
 @dataclass(frozen=True)
+class DataProcessed:
+    """How much data a tool worked through (a DATA_PROCESSING event on the run's log)."""
+
+    operation: str
+    bytes_processed: int
+    records_processed: int | None = None
+    """Records (array items, object members, lines) the tool went through, when it counts."""
+    total_records: int | None = None
+    processing_stage: str = "done"
+
+
+@dataclass(frozen=True)
 class ToolOutput:
     """What a tool returns: text for the model, plus any artifacts."""
 
@@ -69,6 +81,8 @@ class ToolOutput:
     content_type: str = "text/plain"
     # A file name for that artifact; derived from the tool and call when empty.
     artifact_name: str = ""
+    processed: DataProcessed | None = None
+    """For a tool that works through data: how much it did."""
 
 
 class Tool(Protocol):

@@ -24,7 +24,13 @@ from tenacity import (
 
 from shuttle.envelope import type_value
 from shuttle.events_client.append_stream import AppendStream, AppendStreamBroken
-from shuttle.events_client.sizes import BATCH_MAX_BYTES, EVENT_MAX_BYTES, encode, first_batch
+from shuttle.events_client.sizes import (
+    BATCH_MAX_BYTES,
+    EVENT_MAX_BYTES,
+    EncodedDraft,
+    encode,
+    first_batch,
+)
 from shuttle.grpc_client import RETRYABLE_CODES, status_code, tenant_metadata
 from shuttle.v1 import common_pb2, events_pb2, events_pb2_grpc
 from shuttle.workflow_log import (
@@ -36,6 +42,22 @@ from shuttle.workflow_log import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def _draft_message(draft: EncodedDraft) -> common_pb2.EventDraft:
+    """The draft on the wire, stamped with when it happened (a Timestamp set field by field:
+    no datetime is made for it on the producer's side)."""
+    message = common_pb2.EventDraft(
+        type=type_value(draft.type),
+        agent_id=draft.agent_id,
+        message=draft.message,
+        payload_json=draft.payload_json,
+    )
+    seconds = int(draft.at)
+    message.timestamp.seconds = seconds
+    message.timestamp.nanos = int((draft.at - seconds) * 1e9)
+    return message
+
 
 BACKOFF_FIRST_SECONDS = 0.05
 BACKOFF_MAX_SECONDS = 1.0
@@ -90,15 +112,7 @@ class Producer:
         request = events_pb2.AppendRequest(
             workflow_id=self._workflow_id,
             tenant_id=self._tenant_id,
-            events=[
-                common_pb2.EventDraft(
-                    type=type_value(e.type),
-                    agent_id=e.agent_id,
-                    message=e.message,
-                    payload_json=e.payload_json,
-                )
-                for e in batch
-            ],
+            events=[_draft_message(e) for e in batch],
             producer_id=self.producer_id,
             batch_seq=self.batches,
             lease_epoch=self.lease_epoch,

@@ -28,6 +28,8 @@ class EncodedDraft(NamedTuple):  # a tuple: built for every event, on the run's 
     payload_json: str
     size: int
     """UTF-8 bytes of message and payload, as the log counts them."""
+    at: float
+    """When the event happened (seconds since the epoch)."""
 
 
 def encode(draft: EventDraft, max_bytes: int = EVENT_MAX_BYTES) -> EncodedDraft:
@@ -39,7 +41,9 @@ def encode(draft: EventDraft, max_bytes: int = EVENT_MAX_BYTES) -> EncodedDraft:
     if size > max_bytes:
         payload_json = _fitted(draft.payload, max_bytes - utf8_size(message))
         size = utf8_size(message) + utf8_size(payload_json)
-    return EncodedDraft(draft.type, ensure_utf8(draft.agent_id), message, payload_json, size)
+    return EncodedDraft(
+        draft.type, ensure_utf8(draft.agent_id), message, payload_json, size, draft.at
+    )
 
 
 def first_batch(

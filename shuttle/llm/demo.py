@@ -14,6 +14,7 @@ from shuttle.llm.protocol import (
     Abilities,
     ChatResult,
     Message,
+    ReasoningSink,
     ResponseFormat,
     RetryObserver,
     ToolCallRequest,
@@ -93,8 +94,13 @@ class DemoModel:
         return self._result(CANNOT_HELP, prompt_tokens)
 
     def stream_chat(
-        self, messages: Sequence[Message], tools: Sequence[ToolSchema] = ()
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema] = (),
+        *,
+        on_reasoning: ReasoningSink | None = None,
     ) -> DemoChatStream:
+        """The demo model does not think aloud: `on_reasoning` is never called."""
         return DemoChatStream(_synthesize(_last_user_text(messages)))
 
     def _result(

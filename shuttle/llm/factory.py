@@ -35,6 +35,11 @@ class ModelRegistry:
         return [m.name for m in self._models]
 
     @property
+    def roster(self) -> list[tuple[str, tuple[Role, ...]]]:
+        """Each model's name and roles, in the order they were configured."""
+        return [(m.name, m.roles) for m in self._models]
+
+    @property
     def default(self) -> LLM:
         return self.for_role("general")
 

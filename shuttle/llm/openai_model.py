@@ -26,6 +26,7 @@ from shuttle.llm.protocol import (
     FeatureUnsupported,
     LLMError,
     Message,
+    ReasoningSink,
     ResponseFormat,
     RetryObserver,
     ToolChoice,
@@ -234,9 +235,15 @@ class OpenAIModel:
         )
 
     def stream_chat(
-        self, messages: Sequence[Message], tools: Sequence[ToolSchema] = ()
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema] = (),
+        *,
+        on_reasoning: ReasoningSink | None = None,
     ) -> OpenAIChatStream:
-        return OpenAIChatStream(self, list(messages), list(tools))
+        stream = OpenAIChatStream(self, list(messages), list(tools))
+        stream.on_reasoning = on_reasoning
+        return stream
 
     @staticmethod
     def estimated_usage(messages: Sequence[Message], output: str) -> TokenUsage:

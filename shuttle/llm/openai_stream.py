@@ -8,7 +8,14 @@ from typing import Any, Protocol
 
 import openai
 
-from shuttle.llm.protocol import Abilities, ChatResult, LLMError, Message, ToolSchema
+from shuttle.llm.protocol import (
+    Abilities,
+    ChatResult,
+    LLMError,
+    Message,
+    ReasoningSink,
+    ToolSchema,
+)
 from shuttle.llm.wire import (
     ToolCallAccumulator,
     encodable,
@@ -57,6 +64,8 @@ class OpenAIChatStream:
         self._messages = messages
         self._tools = tools
         self._result: ChatResult | None = None
+        self.on_reasoning: ReasoningSink | None = None
+        """Told each piece of the model's reasoning as it arrives."""
 
     @property
     def result(self) -> ChatResult:
@@ -95,6 +104,8 @@ class OpenAIChatStream:
                     thought = reasoning_of(delta)
                     if thought:
                         reasoning.append(thought)
+                        if self.on_reasoning is not None:
+                            await self.on_reasoning(thought)
                     piece = answer.piece(text_of(delta.get("content")))
                     if piece:
                         parts.append(piece)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -107,6 +107,10 @@ class RetryObserver(Protocol):
     async def on_fallback(self, notice: FallbackNotice) -> None: ...
 
 
+ReasoningSink = Callable[[str], Awaitable[None]]
+"""Takes a thinking model's reasoning as it streams in, piece by piece."""
+
+
 class ChatStream(Protocol):
     """Async iterator of answer text deltas; `result` holds the whole call once exhausted."""
 
@@ -146,8 +150,15 @@ class LLM(Protocol):
     ) -> ChatResult: ...
 
     def stream_chat(
-        self, messages: Sequence[Message], tools: Sequence[ToolSchema] = ()
-    ) -> ChatStream: ...
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema] = (),
+        *,
+        on_reasoning: ReasoningSink | None = None,
+    ) -> ChatStream:
+        """`on_reasoning` is awaited with each piece of a thinking model's reasoning as it
+        streams in (it is not the answer, which the stream yields)."""
+        ...
 
     def with_observer(self, observer: RetryObserver | None) -> LLM:
         """The same model, reporting its retries to `observer` (one view per run)."""

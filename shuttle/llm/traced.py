@@ -14,6 +14,7 @@ from shuttle.llm.protocol import (
     ChatResult,
     ChatStream,
     Message,
+    ReasoningSink,
     ResponseFormat,
     RetryObserver,
     ToolChoice,
@@ -79,9 +80,14 @@ class TracedLLM:
         return result
 
     def stream_chat(
-        self, messages: Sequence[Message], tools: Sequence[ToolSchema] = ()
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSchema] = (),
+        *,
+        on_reasoning: ReasoningSink | None = None,
     ) -> ChatStream:
-        return _TracedStream(self._inner, self._inner.stream_chat(messages, tools))
+        inner = self._inner.stream_chat(messages, tools, on_reasoning=on_reasoning)
+        return _TracedStream(self._inner, inner)
 
 
 class _TracedStream:

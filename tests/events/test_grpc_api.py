@@ -110,7 +110,7 @@ async def test_twenty_concurrent_grpc_appenders(stub: Stub) -> None:
 
 async def test_events_carry_the_envelope(stub: Stub) -> None:
     await create(stub)
-    given = Timestamp(seconds=1_800_000_000, nanos=123_000)
+    given = Timestamp(seconds=1_700_000_000, nanos=123_000)
     tool = common_pb2.EventDraft(
         type=common_pb2.EVENT_TYPE_TOOL_INVOKED,
         agent_id="agent-main",

@@ -182,13 +182,12 @@ async def start_backends(
         )
     events = await build_events(settings)
     ports = {"events": await events.start("127.0.0.1", 0)}
-    tools_settings = settings
+    # The tools service appends to the runs' logs too (approvals, DATA_PROCESSING).
+    tools_settings = settings.model_copy(update={"events_addr": f"127.0.0.1:{ports['events']}"})
     if tool_hooks:
         hooks_file = data_dir / "hooks.yaml"
         hooks_file.write_text(tool_hooks)
-        tools_settings = settings.model_copy(
-            update={"tool_hooks_file": hooks_file, "events_addr": f"127.0.0.1:{ports['events']}"}
-        )
+        tools_settings = tools_settings.model_copy(update={"tool_hooks_file": hooks_file})
     services = [events, await build_tools(tools_settings), await build_planner(planner_settings)]
     for name, service in zip(("tools", "planner"), services[1:], strict=True):
         ports[name] = await service.start("127.0.0.1", 0)

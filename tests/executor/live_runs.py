@@ -29,6 +29,7 @@ from services.executor.log.closing import close
 from services.executor.log.emitter import EventEmitter
 from services.executor.log.reporter import RunReporter
 from services.executor.policies.context_guard import COMPACT_PROMPT
+from services.executor.ports import Route
 from services.executor.recovery.records import Recorded
 from services.executor.recovery.run import RunRecovery, Tuning, fold_run
 from shuttle.llm.openai_model import OpenAIModel
@@ -120,7 +121,7 @@ class LiveAgent:
             control=self.receiver.control,
             inbox=self.receiver.interrupts,
         )
-        await reporter.workflow_started(self.query, "STANDARD", "", 0.0)
+        await reporter.workflow_started(self.query, Route("STANDARD", 0.0), "")
         state = await self.agent.run(self.query, self.ctx)
         await reporter.workflow_completed(state.answer, 0, state.usage, 1, len(state.steps))
         await close(reporter, self.workflow_id)
@@ -231,7 +232,7 @@ class LiveTeam:
             token_budget=self.settings.token_budget,
             budget_warn_percent=self.settings.budget_warn_percent,
         )
-        await reporter.workflow_started(self.query, "COMPLEX", "", 0.0)
+        await reporter.workflow_started(self.query, Route("COMPLEX", 0.0), "")
         result = await self.team.run(await self.backends.tools.list_tools(TENANT))
         await reporter.workflow_completed(result.answer, 0, result.usage, 1, 0)
         await close(reporter, self.workflow_id)

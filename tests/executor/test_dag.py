@@ -78,6 +78,7 @@ async def test_parallel_branches_run_concurrently_and_hand_off_to_the_join(
     step_run = [
         "AGENT_STARTED",
         "AGENT_THINKING",
+        "LLM_PROMPT",
         "LLM_OUTPUT",
         "AGENT_THINKING",
         "AGENT_COMPLETED",
@@ -107,7 +108,9 @@ async def test_parallel_branches_run_concurrently_and_hand_off_to_the_join(
         ("s3", "MESSAGE_RECEIVED"),
         *[("s3", t) for t in step_run],
         ("", "PROGRESS"),
-        ("", "STATUS_UPDATE"),  # the round's review
+        ("reviewer", "AGENT_THINKING"),  # the round's review: its reasoning, confidence
+        ("", "STATUS_UPDATE"),  # and verdict
+        ("synthesizer", "LLM_PROMPT"),
         *[("synthesizer", "THREAD_MESSAGE_DELTA")] * 4,
         ("synthesizer", "THREAD_MESSAGE_COMPLETED"),
         ("synthesizer", "LLM_OUTPUT"),

@@ -17,7 +17,7 @@ from services.executor.log.emitter import EmitterFailed, EventEmitter
 from services.executor.ports import RunRequest
 from services.executor.runs import EmitterSettings, RunManager
 from services.tools.__main__ import build as build_tools
-from shuttle.events_client import EventsClient
+from shuttle.events_client import EventsClient, Producer
 from shuttle.grpc_client import open_channel
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.settings import Settings
@@ -125,18 +125,33 @@ async def test_a_runs_events_wait_out_the_linger_together(backends: Backends) ->
     script = AgentModel(calc("2*2"), calc("3*3"), answer("4 and 9"), synthesis="4 and 9.")
     model = ScriptedOpenAI(handler=script).start()
     llm = OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0)
+    producers: list[Producer] = []
+
+    def sink(workflow_id: str, tenant_id: str, _epoch: int) -> Producer:
+        producers.append(backends.client.producer(workflow_id, tenant_id, name="run"))
+        return producers[-1]
+
     try:
-        runs = backends.run_manager(llm, emitter=EmitterSettings(linger_seconds=3600))
+        runs = RunManager(
+            registry=GrpcWorkflowRegistry(backends.client),
+            sinks=sink,
+            tools=backends.tools,
+            llm=llm,
+            settings=agent_defaults(),
+            emitter=EmitterSettings(linger_seconds=3600),
+        )
         log = await asyncio.wait_for(backends.run_to_end(runs, "2*2 and 3*3"), EVENT_WAIT_SECONDS)
     finally:
         await llm.close()
         model.stop()
     assert types_of(log).count("TOOL_OBSERVATION") == 2
     assert types_of(log)[-1] == "STREAM_END"
-    # The run ended before the linger did: its close sent everything in one append, which
-    # the events service stamped once.
-    stamps = {e.timestamp.ToNanoseconds() for e in await log_of(backends, log[0]["workflow_id"])}
-    assert len(stamps) == 1
+    # The run ended before the linger did: its close sent everything in one append...
+    assert producers[0].batches == 1
+    # ...and each event still carries when it happened, not when that append went.
+    stamps = [e.timestamp.ToNanoseconds() for e in await log_of(backends, log[0]["workflow_id"])]
+    assert stamps == sorted(stamps)
+    assert len(set(stamps)) > 1
 
 
 async def test_an_event_holding_a_lone_surrogate_is_stored_with_its_batch(
@@ -217,7 +232,13 @@ async def wait_for_thinking(
 async def test_a_run_survives_an_events_service_restart_with_nothing_lost(
     tmp_path: Path,
 ) -> None:
-    settings = Settings(data_dir=tmp_path, database_url="", tool_timeout_seconds=10)
+    # The model's prompts kept too, so that every seq is in the log after the restart.
+    settings = Settings(
+        data_dir=tmp_path,
+        database_url="",
+        tool_timeout_seconds=10,
+        events_durable_llm_prompt=True,
+    )
     events_service = await build_events(settings)
     events_port = await events_service.start("127.0.0.1", 0)
     tools_service = await build_tools(settings)

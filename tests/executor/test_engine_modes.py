@@ -340,7 +340,12 @@ async def test_many_tools_go_through_the_planners_selection(
     events = await backends.run_to_end(runs, "1+2?")
 
     selecting, selected = of_type(events, "STATUS_UPDATE")
-    assert selecting["payload"] == {"phase": "selecting_tools", "total_tools": len(names)}
+    assert selecting["payload"] == {
+        "status": "selecting_tools",
+        "details": f"Selecting tools among {len(names)}",
+        "phase": "selecting_tools",
+        "total_tools": len(names),
+    }
     assert selected["payload"]["phase"] == "tools_selected"
     chosen = selected["payload"]["selected"]
     assert "calculator" in chosen and set(chosen) <= set(names)
@@ -365,7 +370,15 @@ async def test_a_failed_selection_keeps_every_tool(
     events = await backends.run_to_end(runs, "1+2?")
 
     selected = of_type(events, "STATUS_UPDATE")[1]["payload"]
-    assert selected == {"phase": "tools_selected", "selected": names, "fell_back": True}
+    assert selected == {
+        "status": "tools_selected",
+        "details": f"Offering {len(names)} of {len(names)} tools",
+        "phase": "tools_selected",
+        "selected": names,
+        "fell_back": True,
+        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cached_tokens": 0},
+        "cost_usd": 0.0,
+    }
     assert [t["function"]["name"] for t in script.loop_calls[0]["tools"]] == names
 
 

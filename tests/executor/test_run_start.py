@@ -117,8 +117,14 @@ async def test_the_run_opens_its_log_with_one_append(
     events = await backends.run_to_end(runs, "Say hello")
 
     assert types_of(events)[-1] == "STREAM_END"
-    # WORKFLOW_STARTED does not go alone while the agent waits for its catalog.
-    assert sinks[0].batches[0] == ["WORKFLOW_STARTED", "AGENT_STARTED", "AGENT_THINKING"]
+    # WORKFLOW_STARTED does not go alone while the agent waits for its catalog, nor does
+    # the first model call's prompt go apart from the thinking that announced it.
+    assert sinks[0].batches[0] == [
+        "WORKFLOW_STARTED",
+        "AGENT_STARTED",
+        "AGENT_THINKING",
+        "LLM_PROMPT",
+    ]
 
 
 async def test_a_catalog_that_cannot_be_listed_fails_the_run_as_before(

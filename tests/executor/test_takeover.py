@@ -91,8 +91,15 @@ def check_one_run(events: list[dict[str, Any]]) -> dict[str, Any]:
         if e["payload"].get("recovery_action") == "resumed"
     ]
     assert resumed["error_type"] == "EXECUTOR_LOST"
-    # Usage covers the whole run, both owners' model calls.
+    # Usage covers the whole run, both owners' model calls and the planner's for the run
+    # (routing it, choosing its tools), each counted once.
     spent = sum(e["payload"]["usage"]["total_tokens"] for e in of_type(events, "LLM_OUTPUT"))
+    spent += first(events, "WORKFLOW_STARTED")["payload"]["routing"]["usage"]["total_tokens"]
+    spent += sum(
+        e["payload"]["usage"]["total_tokens"]
+        for e in of_type(events, "STATUS_UPDATE")
+        if e["payload"].get("phase") == "tools_selected"
+    )
     assert first(events, "WORKFLOW_COMPLETED")["payload"]["total_tokens"] == spent
     return dict(resumed)
 

@@ -172,3 +172,19 @@ def test_approval_decisions_reach_the_tools_service(auth_stack: AuthStack) -> No
         reply = client.post("/api/v1/approvals/ap-1", json={"decision": "approved"})
     assert reply.status_code == 404
     assert "ap-1" in reply.json()["error"]["message"]
+
+
+def test_a_task_naming_a_model_nobody_configured_is_refused_naming_those_that_are(
+    auth_stack: AuthStack,
+) -> None:
+    with auth_stack.client(auth_stack.key_a) as client:
+        refused = client.post("/api/v1/tasks", json={"query": "What is 6*7?", "model": "gpt-9"})
+        assert refused.status_code == 400
+        error = refused.json()["error"]
+        assert error["code"] == "invalid_argument"
+        assert "'gpt-9' is not configured here (configured: shuttle-demo)" in error["message"]
+        # The configured one, named, runs the task.
+        named = client.post(
+            "/api/v1/tasks", json={"query": "What is 6*7?", "model": "shuttle-demo"}
+        )
+        assert named.status_code == 201

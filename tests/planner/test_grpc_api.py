@@ -171,6 +171,27 @@ async def test_plan_over_grpc_and_its_errors(
     assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+async def test_the_plan_prompt_lists_the_models_a_step_may_run_on(
+    planner: planner_pb2_grpc.PlannerServiceAsyncStub, server: ScriptedOpenAI
+) -> None:
+    plan = {
+        "steps": [
+            {"id": "s1", "task": "summarise the notes", "model_hint": "offline"},
+            {"id": "s2", "task": "check the sums", "model_hint": "fast"},
+            {"id": "s3", "task": "write it up", "model_hint": "gpt-9"},
+        ]
+    }
+    server.script(tool_call("submit_plan", plan))
+
+    reply = await planner.Plan(planner_pb2.PlanRequest(query="notes, sums, report"))
+
+    system = server.requests[-1]["messages"][0]["content"]
+    assert "model_hint" in system
+    assert "- main (roles: general, fast, reasoning)" in system
+    assert "- offline (roles: compact)" in system
+    assert [s.model_hint for s in reply.steps] == ["offline", "fast", "gpt-9"]
+
+
 async def test_analyze_plan_over_grpc(
     planner: planner_pb2_grpc.PlannerServiceAsyncStub, server: ScriptedOpenAI
 ) -> None:

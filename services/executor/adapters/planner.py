@@ -9,7 +9,7 @@ import grpc
 
 from services.executor.dag.plan import PlannedRound
 from services.executor.dag.ports import PlanningFailed
-from services.executor.ports import MODES, Route, ToolDefinition
+from services.executor.ports import MODES, Route, Selection, ToolDefinition
 from shuttle.grpc_client import tenant_metadata
 from shuttle.plans import Analysis, PlanStep, StepResult
 from shuttle.usage import usage_from_proto
@@ -57,11 +57,15 @@ class PlannerClient:
             log.info("routing unavailable, using STANDARD: %s", exc.details())
             return Route("STANDARD", 0.0)
         mode = common_pb2.Mode.Name(reply.mode).removeprefix("MODE_")
-        return Route(mode if mode in MODES else "STANDARD", reply.estimated_complexity)
+        return Route(
+            mode if mode in MODES else "STANDARD",
+            reply.estimated_complexity,
+            usage_from_proto(reply.usage),
+        )
 
     async def select(
         self, workflow_id: str, query: str, tools: Sequence[ToolDefinition], max_tools: int
-    ) -> Sequence[str] | None:
+    ) -> Selection:
         request = planner_pb2.SelectToolsRequest(
             workflow_id=workflow_id,
             query=query,
@@ -75,10 +79,11 @@ class PlannerClient:
                 "tool selection unavailable, offering every tool",
                 extra={"workflow_id": workflow_id, "code": exc.code().name},
             )
-            return None
+            return Selection(None)
+        usage = usage_from_proto(response.usage)
         if response.fell_back:
-            return None
-        return list(response.tool_names)
+            return Selection(None, usage)
+        return Selection(list(response.tool_names), usage)
 
     async def plan(
         self, workflow_id: str, query: str, tools: Sequence[ToolDefinition], context: str

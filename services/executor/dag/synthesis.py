@@ -7,6 +7,8 @@ from typing import Any
 
 from services.executor.dag.handoff import cut
 from services.executor.dag.state import StepRecord
+from services.executor.log.partials import ReasoningRelay
+from services.executor.log.prompts import PromptSettings, prompt_payload
 from services.executor.log.reporter import RunReporter
 from shuttle.llm.protocol import LLM, ChatResult, LLMError
 from shuttle.usage import TokenUsage
@@ -65,7 +67,12 @@ async def stream_team_answer(
     llm: LLM, reporter: RunReporter, messages: list[dict[str, Any]], fallback: str
 ) -> tuple[str, TokenUsage]:
     """The streamed answer and its usage; on a model failure, `fallback` (said on the log)."""
-    stream = llm.stream_chat(messages)
+    await reporter.llm_prompt(
+        SYNTHESIS_AGENT, prompt_payload(PromptSettings.of(llm), messages, "answer")
+    )
+    stream = llm.stream_chat(
+        messages, on_reasoning=ReasoningRelay(reporter, SYNTHESIS_AGENT, "answer")
+    )
     parts: list[str] = []
     final: ChatResult | None
     try:

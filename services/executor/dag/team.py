@@ -39,6 +39,9 @@ from shuttle.usage import TokenUsage
 
 __all__ = ["TeamResult", "TeamRun", "TeamSettings"]
 
+REVIEWER_AGENT = "reviewer"
+"""Who says, after each round, what the review concluded and how sure it is."""
+
 
 @dataclass(frozen=True)
 class TeamResult:
@@ -205,6 +208,14 @@ class TeamRun:
         analysis = await self._planner.analyze(self._ctx.workflow_id, self._query, results)
         if analysis is not None:
             await self._charge(analysis.usage)
+            await self._reporter.thinking(
+                REVIEWER_AGENT,
+                state.round,
+                "done",
+                analysis.reasoning,
+                "",
+                confidence=analysis.confidence,
+            )
         follow_ups = self._inbox.drain()
         await self._reporter.status_update(
             "",

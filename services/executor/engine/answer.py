@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from services.executor.engine.state import LoopState, RunContext
 from services.executor.engine.synthesis import echoes_prompt, synthesis_messages
+from services.executor.log.partials import ReasoningRelay
+from services.executor.log.prompts import PromptSettings, prompt_payload
 from services.executor.log.reporter import RunReporter
 from shuttle.envelope import ANSWER_RESTARTED
 from shuttle.llm.protocol import LLM, ChatResult, LLMError
@@ -22,8 +24,12 @@ async def stream_answer(
     `restarting`: a run taken over mid-answer says so before streaming it again."""
     if restarting:
         await reporter.status_update(ctx.agent_id, "Answer restarted", {"kind": ANSWER_RESTARTED})
+    messages = synthesis_messages(query, state.steps, state.answer, ctx.history, ctx.task_context)
+    await reporter.llm_prompt(
+        ctx.agent_id, prompt_payload(PromptSettings.of(llm), messages, "answer")
+    )
     stream = llm.stream_chat(
-        synthesis_messages(query, state.steps, state.answer, ctx.history, ctx.task_context)
+        messages, on_reasoning=ReasoningRelay(reporter, ctx.agent_id, "answer")
     )
     parts: list[str] = []
     final: ChatResult | None

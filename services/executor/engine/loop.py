@@ -20,13 +20,20 @@ from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import Injection, LoopState, RunContext, Stage
 from services.executor.engine.tokens import estimate_entries, estimate_tools
 from services.executor.engine.tool_runner import ToolRunner
+from services.executor.log.prompts import PromptSettings, prompt_payload
 from services.executor.log.reporter import RunReporter
 from services.executor.policies.budget import TokenBudget, spend
 from services.executor.policies.context_guard import ContextGuard, Situation
 from services.executor.policies.control import Checkpoints, RunControl, until_cancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolDefinition, ToolPort, ToolSelector
-from shuttle.llm.protocol import LLM, ContextOverflowError, FallbackNotice, FeatureUnsupported
+from shuttle.llm.protocol import (
+    LLM,
+    ChatResult,
+    ContextOverflowError,
+    FallbackNotice,
+    FeatureUnsupported,
+)
 from shuttle.llm.retry_events import fallback_event
 from shuttle.usage import TokenUsage
 
@@ -92,8 +99,10 @@ class ReActAgent:
         role: str = "assistant",
         subtask: str = "",
         catalog: Sequence[ToolDefinition] | None = None,
+        spent: TokenUsage | None = None,
     ) -> LoopState:
-        """`catalog` is the tools listed for the run already, if they were."""
+        """`catalog` is the tools listed for the run already, if they were; `spent` what the
+        run spent before its agent started (routing it), counted as the agent's own."""
         started = time.monotonic()
         if catalog is None:
             catalog = await self.tools.list_tools(ctx.tenant_id)
@@ -106,6 +115,9 @@ class ReActAgent:
             prompt=query if subtask and subtask != query else "",
             tool_mode="native" if state.native else "json",
         )
+        if spent is not None:
+            state.usage += spent
+            await spend(state.budget, spent.total_tokens, self.reporter, ctx.agent_id)
         return await self.resume(state, query, ctx, catalog, started)
 
     async def resume(
@@ -161,7 +173,7 @@ class ReActAgent:
             f"Selecting tools among {len(tools)}",
             {"phase": "selecting_tools", "total_tools": len(tools)},
         )
-        selected, fell_back = await select_tools(
+        selected, fell_back, usage = await select_tools(
             self.selector, ctx.workflow_id, query, tools, self.settings.tool_selection_max
         )
         await self.reporter.status_update(
@@ -171,8 +183,15 @@ class ReActAgent:
                 "phase": "tools_selected",
                 "selected": [t.name for t in selected],
                 "fell_back": fell_back,
+                "usage": usage.as_payload(),
+                "cost_usd": usage.cost_usd,
             },
         )
+        # The selection call is the run's as much as the loop's calls are (a takeover reads
+        # it back from the event above).
+        assert self.state is not None
+        self.state.usage += usage
+        await spend(self.state.budget, usage.total_tokens, self.reporter, ctx.agent_id)
         return selected
 
 
@@ -194,6 +213,7 @@ class _RunLoop:
             agent.tools, agent.reporter, ctx, [t.name for t in tools], settings.tool_timeout_seconds
         )
         self.guard = ContextGuard(agent.llm, context_budget(agent), settings.compact_keep_recent)
+        self.prompt = PromptSettings.of(agent.llm)
         self.max_iterations = settings.max_iterations
         self.stages: dict[Stage, Callable[[], Awaitable[None]]] = {
             Stage.CALL: self._call,
@@ -225,7 +245,7 @@ class _RunLoop:
     async def _think(self) -> None:
         state = self.state
         try:
-            response = await self.agent.llm.chat(state.conversation.messages, self.schemas)
+            response = await self._chat()
         except FeatureUnsupported as refused:
             if refused.feature != "tools" or not state.native:
                 raise
@@ -235,11 +255,19 @@ class _RunLoop:
             # Our estimate said it fits, the provider says not: compact hard, and try once
             # more (a second overflow is fatal).
             await self._fit_context(self._overflow_guard())
-            response = await self.agent.llm.chat(state.conversation.messages, self.schemas)
+            response = await self._chat()
         await self._account(response.usage)
         await self.reporter.llm_output(self.ctx.agent_id, response, phase="tool_loop")
         state.response = response
         state.stage = Stage.DECIDED
+
+    async def _chat(self) -> ChatResult:
+        """The loop's model call, its prompt logged first."""
+        messages = self.state.conversation.messages
+        await self.reporter.llm_prompt(
+            self.ctx.agent_id, prompt_payload(self.prompt, messages, "tool_loop")
+        )
+        return await self.agent.llm.chat(messages, self.schemas)
 
     async def _decide(self) -> None:
         decision = progress.decision_of(self.state)

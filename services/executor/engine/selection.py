@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from services.executor.ports import ToolDefinition, ToolSelector
+from services.executor.ports import Selection, ToolDefinition, ToolSelector
+from shuttle.usage import TokenUsage
 
 log = logging.getLogger(__name__)
 
@@ -16,21 +17,21 @@ async def select_tools(
     query: str,
     tools: Sequence[ToolDefinition],
     max_tools: int,
-) -> tuple[list[ToolDefinition], bool]:
-    """(the tools to offer, whether selection fell back to the full set).
+) -> tuple[list[ToolDefinition], bool, TokenUsage]:
+    """(the tools to offer, whether selection fell back to the full set, what it spent).
 
     Any failure (no selector, an error, no valid name) keeps the full set: a poor selection
     must never cost the agent a tool, only context.
     """
-    names: Sequence[str] | None = None
+    selection = Selection(None)
     if selector is not None:
         try:
-            names = await selector.select(workflow_id, query, tools, max_tools)
+            selection = await selector.select(workflow_id, query, tools, max_tools)
         except Exception:
             log.exception("tool selection failed", extra={"workflow_id": workflow_id})
     # The planner's choice stands as it is: it may offer them all when few enough.
-    chosen = set(names or ())
+    chosen = set(selection.names or ())
     selected = [t for t in tools if t.name in chosen]
     if not selected:
-        return list(tools), True
-    return selected, False
+        return list(tools), True, selection.usage
+    return selected, False, selection.usage

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.executor.log.emitter import EventEmitter
+from services.executor.ports import Route
 from shuttle.llm.protocol import ChatResult
 from shuttle.tool_calls import ToolOutcome
 from shuttle.usage import TokenUsage
@@ -72,18 +73,19 @@ class RunReporter:
     async def workflow_started(
         self,
         query: str,
-        mode: str,
+        route: Route,
         session_id: str,
-        estimated_complexity: float,
         executor: str = "",
     ) -> None:
-        """`executor`: the replica that runs it (whoever takes the run over names it)."""
+        """`executor`: the replica that runs it (whoever takes the run over names it);
+        `routing` what deciding the mode spent, which the run's usage includes."""
         payload = {
             "query": query,
-            "mode": mode,
+            "mode": route.mode,
             "session_id": session_id,
-            "estimated_complexity": estimated_complexity,
+            "estimated_complexity": route.estimated_complexity,
             "executor": executor,
+            "routing": {"usage": route.usage.as_payload(), "cost_usd": route.usage.cost_usd},
         }
         await self._emit("WORKFLOW_STARTED", "Workflow started", payload)
 
@@ -172,13 +174,29 @@ class RunReporter:
         await self._emit("AGENT_COMPLETED", "Agent completed successfully", payload, agent_id)
 
     async def thinking(
-        self, agent_id: str, iteration: int, status: str, reasoning: str = "", next_action: str = ""
+        self,
+        agent_id: str,
+        iteration: int,
+        status: str,
+        reasoning: str = "",
+        next_action: str = "",
+        confidence: float | None = None,
     ) -> None:
         payload: dict[str, Any] = {"status": status, "iteration": iteration}
         if status == "done":
             payload |= {"thought": reasoning, "reasoning": reasoning, "next_action": next_action}
+        if confidence is not None:
+            payload["confidence"] = confidence
         message = "Thinking…" if status == "start" else (reasoning[:120] or "Decided next step")
         await self._emit("AGENT_THINKING", message, payload, agent_id)
+
+    async def llm_prompt(self, agent_id: str, payload: Mapping[str, Any]) -> None:
+        """Before a model call (log/prompts.py builds the payload); ephemeral by default."""
+        await self._emit("LLM_PROMPT", "Sending prompt to LLM", payload, agent_id)
+
+    async def llm_partial(self, agent_id: str, payload: Mapping[str, Any]) -> None:
+        """Streamed output that is not the answer (log/partials.py); ephemeral."""
+        await self._emit("LLM_PARTIAL", "Received partial LLM output", payload, agent_id)
 
     async def llm_output(self, agent_id: str, result: ChatResult, phase: str) -> None:
         # Exact cost and the calls' arguments: a run taken over rebuilds its conversation
@@ -258,8 +276,12 @@ class RunReporter:
     # -- guards, context, budget -------------------------------------------------------------
 
     async def status_update(self, agent_id: str, message: str, payload: Mapping[str, Any]) -> None:
-        """A phase (`payload.phase`) or an injected guard message (`payload.kind`)."""
-        await self._emit("STATUS_UPDATE", message, payload, agent_id)
+        """A phase (`payload.phase`) or an injected guard message (`payload.kind`); the
+        catalogue's `status` names which, `details` says it in words."""
+        status = payload.get("phase") or payload.get("kind") or ""
+        await self._emit(
+            "STATUS_UPDATE", message, {"status": status, "details": message, **payload}, agent_id
+        )
 
     async def compacted(
         self,
@@ -274,6 +296,9 @@ class RunReporter:
         """`entries`: the compacted conversation against the one before (indexes of the
         messages kept, new messages whole), from which a run taken over rebuilds it."""
         payload = {
+            "key": "conversation",
+            "value": {"messages": kept_messages, "tokens": tokens_after},
+            "action": "COMPACT",
             "kind": "compact",
             "method": method,
             "original_messages": original_messages,

@@ -152,6 +152,9 @@ class AgentFold:
             self._advance(event, Stage.ANSWER)
         elif event.get("phase") == "tools_selected":
             self._require(event, Stage.SELECT)
+            usage = usage_of(event.payload)
+            self.state.usage += usage
+            self.state.budget.charge(usage.total_tokens)
             self._begin([str(name) for name in event.get("selected") or ()])
 
     def _interrupt(self, event: Recorded) -> None:

@@ -14,7 +14,7 @@ from services.executor.engine.state import RunContext
 from services.executor.policies.budget import TokenBudget
 from services.executor.ports import Route, ToolDefinition
 from services.executor.recovery.agent import AgentFold, AgentRecord
-from services.executor.recovery.records import Recorded
+from services.executor.recovery.records import Recorded, usage_of
 from services.executor.recovery.team import TeamFold
 from shuttle.envelope import TERMINAL_TYPES
 from shuttle.workflow_log import LogCommand
@@ -76,7 +76,8 @@ def fold_run(
         kind = event.type
         if kind == "WORKFLOW_STARTED":
             mode = str(event.get("mode") or "STANDARD")
-            recovery.route = Route(mode, float(event.get("estimated_complexity") or 0.0))
+            routing = usage_of(event.get("routing") or {})
+            recovery.route = Route(mode, float(event.get("estimated_complexity") or 0.0), routing)
             recovery.started_at = event.timestamp
             recovery.owner = str(event.get("executor") or "")
             settings = tuning.agent(mode)
@@ -88,6 +89,8 @@ def fold_run(
                     catalog,
                     lambda: recovery.follow_ups,
                 )
+                team.state.own_usage += routing
+                team.state.budget.charge(routing.total_tokens)
             continue
         if kind in CONTROL_TYPES:
             recovery.controls.append(LogCommand(event.seq, kind, event.payload))
@@ -106,6 +109,9 @@ def fold_run(
         elif settings is not None and event.agent_id == ctx.agent_id:
             if kind == "AGENT_STARTED":
                 agent = AgentFold(event, settings, ctx, catalog)
+                if recovery.route is not None:  # routing is charged to the run's agent
+                    agent.state.usage += recovery.route.usage
+                    agent.state.budget.charge(recovery.route.usage.total_tokens)
             elif agent is not None:
                 agent.apply(event)
     if agent is not None:

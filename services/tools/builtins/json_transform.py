@@ -10,7 +10,8 @@ from jmespath.exceptions import JMESPathError
 from jmespath.functions import Functions, signature
 from jmespath.visitor import Options, TreeInterpreter
 
-from services.tools.catalog import ToolError, ToolOutput, ToolSpec
+from services.tools.catalog import DataProcessed, ToolError, ToolOutput, ToolSpec
+from shuttle.utf8 import utf8_size
 
 if TYPE_CHECKING:
     from jmespath.visitor import _TreeNode  # only in the type stubs
@@ -198,20 +199,31 @@ class JsonTransform:
     async def run(self, args: dict[str, Any]) -> ToolOutput:
         document = _load(args["data"])
         operation = args["operation"]
-        if operation == "query":
-            expression = args.get("expression", "")
-            if not expression:
-                raise ToolError("json_transform: 'query' needs 'expression'")
-            return ToolOutput(text=render(query(expression, document)))
-        if operation == "pretty":
-            return ToolOutput(text=render(document))
-        if operation == "minify":
-            return ToolOutput(text=render(document, indent=None))
-        if operation == "keys":
-            if not isinstance(document, dict):
-                raise ToolError("json_transform: 'keys' needs a JSON object")
-            return ToolOutput(text=render(list(document), indent=None))
-        kind = type(document).__name__
-        size = len(document) if isinstance(document, dict | list | str) else 1
-        names = {"dict": "object", "list": "array", "str": "string", "NoneType": "null"}
-        return ToolOutput(text=f"{names.get(kind, kind)} of size {size}")
+        records = len(document) if isinstance(document, dict | list) else 1
+        processed = DataProcessed(
+            operation=f"json_{operation}",
+            bytes_processed=utf8_size(args["data"]),
+            records_processed=records,
+            total_records=records,
+        )
+        return ToolOutput(text=_transformed(operation, document, args), processed=processed)
+
+
+def _transformed(operation: str, document: Any, args: dict[str, Any]) -> str:
+    if operation == "query":
+        expression = args.get("expression", "")
+        if not expression:
+            raise ToolError("json_transform: 'query' needs 'expression'")
+        return render(query(expression, document))
+    if operation == "pretty":
+        return render(document)
+    if operation == "minify":
+        return render(document, indent=None)
+    if operation == "keys":
+        if not isinstance(document, dict):
+            raise ToolError("json_transform: 'keys' needs a JSON object")
+        return render(list(document), indent=None)
+    kind = type(document).__name__
+    size = len(document) if isinstance(document, dict | list | str) else 1
+    names = {"dict": "object", "list": "array", "str": "string", "NoneType": "null"}
+    return f"{names.get(kind, kind)} of size {size}"
