@@ -212,6 +212,7 @@ def add(state: LoopState, injection: Injection) -> None:
     state.conversation.add_user(injection.text, pinned=injection.pinned)
     if injection.kind == "interrupt":
         state.interrupted = True
+        state.follow_ups.append(injection.text)
 
 
 def _answer(state: LoopState, answer: str) -> None:

@@ -95,6 +95,8 @@ class LoopState:
     steps: list[ToolStep] = field(default_factory=list)
     interrupted: bool = False
     """Whether any user follow-up was injected."""
+    follow_ups: list[str] = field(default_factory=list)
+    """The user's follow-ups as injected, for the answer synthesis to obey too."""
     reformat_pending: bool = False
     """JSON mode: the last reply could not be parsed and a reformat was asked for."""
     brevity_asked: bool = False
