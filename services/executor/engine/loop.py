@@ -242,6 +242,13 @@ class _RunLoop:
     async def _call(self) -> None:
         state = self.state
         await self.agent.control.checkpoint("llm_call", self.reporter)
+        if state.escalated and not state.escalation_reported:
+            state.escalation_reported = True
+            await self.reporter.status_update(
+                self.ctx.agent_id,
+                "Escalated to STANDARD: the task needs more steps than SIMPLE allows",
+                {"kind": progress.ESCALATED, "max_iterations": state.escalate_to},
+            )
         if not state.budget.exhausted:
             await self._fit_context()
         if state.budget.exhausted:
@@ -275,7 +282,8 @@ class _RunLoop:
         await self.reporter.llm_prompt(
             self.ctx.agent_id, prompt_payload(self.prompt, messages, "tool_loop")
         )
-        return await self.agent.llm.chat(messages, self.schemas)
+        schemas = [] if self.state.tools_withdrawn else self.schemas
+        return await self.agent.llm.chat(messages, schemas)
 
     async def _decide(self) -> None:
         decision = progress.decision_of(self.state)
