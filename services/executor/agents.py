@@ -86,6 +86,8 @@ class RunAgents:
                 settings,
                 max_iterations=min(settings.max_iterations, SIMPLE_MAX_ITERATIONS),
                 tool_selection_max=min(settings.tool_selection_max, SIMPLE_MAX_TOOLS),
+                # The router guessed: a task that needs more steps gets STANDARD's.
+                escalate_max_iterations=settings.max_iterations,
             )
         return settings
 

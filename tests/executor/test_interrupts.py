@@ -198,3 +198,47 @@ async def test_interrupts_need_a_message_and_a_live_workflow(
     assert other_tenant.value.code() == grpc.StatusCode.NOT_FOUND
     workflow = await backends.workflow(started.workflow_id)
     assert workflow.status == common_pb2.WORKFLOW_STATUS_COMPLETED
+
+
+async def test_follow_ups_reach_the_answer_synthesis(
+    backends: Backends, server: ScriptedOpenAI
+) -> None:
+    def build(interrupter: Interrupter) -> AgentModel:
+        early = Step(answer="4.", during=interrupter.send("Answer in French."))
+        return AgentModel(early, answer("2+2 = 4"), synthesis="Quatre.")
+
+    script, events = await run_with_interrupts(backends, server, "native", build)
+
+    [synthesis] = script.synthesis_calls
+    assert "Answer in French." in synthesis["messages"][-1]["content"]
+    assert first(events, "WORKFLOW_COMPLETED")["payload"]["result"] == "Quatre."
+
+
+class LateInterrupts(AgentModel):
+    """A model whose first answer synthesis meets a follow-up sent while it writes."""
+
+    def __init__(self, interrupter: Interrupter) -> None:
+        super().__init__(answer("4"), synthesis="Four.")
+        self._send = interrupter.send("Now say it in French.")
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        if body.get("stream"):
+            if not self.synthesis_calls:
+                self._send()
+            else:
+                self.synthesis = "Quatre."
+        return super().__call__(body)
+
+
+async def test_a_follow_up_sent_during_the_synthesis_is_answered(
+    backends: Backends, server: ScriptedOpenAI
+) -> None:
+    script, events = await run_with_interrupts(backends, server, "native", LateInterrupts)
+
+    assert len(script.synthesis_calls) == 2
+    assert "Now say it in French." in script.synthesis_calls[1]["messages"][-1]["content"]
+    kinds = [e["payload"].get("kind") for e in of_type(events, "STATUS_UPDATE")]
+    assert kinds[-2:] == ["interrupt", "answer_restarted"]
+    completed = [e["payload"]["content"] for e in of_type(events, "THREAD_MESSAGE_COMPLETED")]
+    assert completed == ["Four.", "Quatre."]
+    assert first(events, "WORKFLOW_COMPLETED")["payload"]["result"] == "Quatre."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -254,3 +255,39 @@ def test_the_budget_answer_lists_what_was_found() -> None:
     text = budget_answer(steps, 500, "")
     assert "token budget of 500 tokens was used up" in text
     assert '- calculator({"expression": "6*7"}): 42' in text and "1/0" not in text
+
+
+def well_paired(messages: list[dict[str, Any]]) -> bool:
+    """Every `tool` message answers a call of the assistant message before its run of
+    results, and every call has its result: what strict servers require."""
+    asked: list[str] = []
+    for message in messages:
+        if message["role"] == "assistant":
+            asked = [call["id"] for call in message.get("tool_calls") or ()]
+        elif message["role"] == "tool":
+            if message["tool_call_id"] not in asked:
+                return False
+            asked.remove(message["tool_call_id"])
+        elif asked:
+            return False  # a call left without its result
+    return not asked
+
+
+async def test_truncating_two_large_results_drops_their_call_with_them() -> None:
+    conversation = Conversation()
+    conversation.add({"role": "system", "content": "s"})
+    query = "Compare the two reports. " * 40
+    conversation.add_user(query, pinned=True)
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        for i in range(2)
+    ]
+    conversation.add({"role": "assistant", "content": None, "tool_calls": calls})
+    for i in range(2):
+        conversation.add({"role": "tool", "tool_call_id": f"c{i}", "content": "r" * 20_000})
+    guard = ContextGuard(DemoModel(), budget_tokens=400, keep_recent=2)
+    await guard.fit(conversation, [], Situation(tool_calls=2))
+    messages = conversation.messages
+    assert well_paired(messages), [m["role"] for m in messages]
+    # The pinned query is neither dropped nor clipped.
+    assert messages[1] == {"role": "user", "content": query}

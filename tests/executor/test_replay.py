@@ -210,3 +210,36 @@ async def test_an_approved_call(gated: Backends, server: ScriptedOpenAI) -> None
     await approving
     assert final.steps[0].outcome.observation == "42"
     await assert_replays(run, final)
+
+
+async def test_a_simple_run_at_its_cap_still_calling_tools_goes_on_as_standard(
+    backends: Backends, server: ScriptedOpenAI, mode: str
+) -> None:
+    run = live(backends, mode, max_iterations=3, escalate_max_iterations=8, **QUIET)
+    script = AgentModel(*(calc(f"{n}+1") for n in range(4)), answer("4"), synthesis="Four.")
+    final = await run.run(server, script)
+    assert final.escalated and final.answer == "Four." and len(final.steps) == 4
+    events = await assert_replays(run, final)
+    escalated = [e for e in events if e.type == "STATUS_UPDATE" and e.get("kind") == "escalated"]
+    assert len(escalated) == 1 and escalated[0].get("max_iterations") == 8
+
+
+async def test_a_run_that_ignores_three_cycle_warnings_loses_its_tools(
+    backends: Backends, server: ScriptedOpenAI
+) -> None:
+    run = live(backends, "native", **{**QUIET, "cycle_threshold": 2})
+    script = AgentModel(*(calc("1+1") for _ in range(5)), answer("2"), synthesis="Two.")
+    final = await run.run(server, script)
+    assert final.tools_withdrawn and final.answer == "Two."
+    events = await assert_replays(run, final)
+    kinds = [e.get("kind") for e in events if e.type == "STATUS_UPDATE"]
+    assert kinds.count("cycle_warning") == 4 and kinds.count("tools_withdrawn") == 1
+    last_call = script.loop_calls[-1]
+    assert "tools" not in last_call or not last_call["tools"]
+
+
+async def test_an_empty_reply_is_nudged(backends: Backends, server: ScriptedOpenAI) -> None:
+    run = live(backends, "native", **QUIET)
+    final = await run.run(server, AgentModel(raw(""), answer("4"), synthesis="Four."))
+    assert final.nudged and final.answer == "Four."
+    await assert_replays(run, final)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import example, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from services.executor.engine.json_actions import JsonAction, parse_action
@@ -148,13 +148,16 @@ def test_a_final_answer_parses_back_as_text(
 def test_objects_missing_what_their_type_needs_are_not_actions(
     kind: Any, fields: dict[str, Any]
 ) -> None:
+    tool_args = fields.get("tool_args")
+    # Arguments written as a string are judged by the object they hold (test_messy_output).
+    assume(not isinstance(tool_args, str))
     data = {"type": kind, **fields}
     action = parse_action(json.dumps(data))
-    tool_args = fields.get("tool_args")
+    # A missing type is read from the fields: small models leave it out.
     well_formed = (
-        kind == "tool_call"
+        kind in ("tool_call", None)
         and isinstance(fields.get("tool_name"), str)
         and fields["tool_name"] != ""
         and (tool_args is None or isinstance(tool_args, dict))
-    ) or (kind == "final_answer" and "answer" in fields)
+    ) or (kind in ("final_answer", None) and "answer" in fields)
     assert (action is not None) == well_formed

@@ -24,7 +24,9 @@ async def stream_answer(
     `restarting`: a run taken over mid-answer says so before streaming it again."""
     if restarting:
         await reporter.status_update(ctx.agent_id, "Answer restarted", {"kind": ANSWER_RESTARTED})
-    messages = synthesis_messages(query, state.steps, state.answer, ctx.history, ctx.task_context)
+    messages = synthesis_messages(
+        query, state.steps, state.answer, ctx.history, ctx.task_context, state.follow_ups
+    )
     await reporter.llm_prompt(
         ctx.agent_id, prompt_payload(PromptSettings.of(llm), messages, "answer")
     )

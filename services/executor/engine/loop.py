@@ -162,6 +162,14 @@ class ReActAgent:
             return
         await self.control.checkpoint("answer", self.reporter)
         await stream_answer(self.llm, self.reporter, query, ctx, state, restarting=restarting)
+        late = self.inbox.drain()
+        if late is not None:
+            # The user spoke while the answer was being written: it is written again, heeding
+            # them, and clients drop the first one (answer_restarted).
+            injection = progress.interrupt(late)
+            await report_injection(self.reporter, ctx.agent_id, injection)
+            progress.add(state, injection)
+            await stream_answer(self.llm, self.reporter, query, ctx, state, restarting=True)
 
     async def _select(
         self, query: str, ctx: RunContext, tools: list[ToolDefinition]
@@ -234,6 +242,13 @@ class _RunLoop:
     async def _call(self) -> None:
         state = self.state
         await self.agent.control.checkpoint("llm_call", self.reporter)
+        if state.escalated and not state.escalation_reported:
+            state.escalation_reported = True
+            await self.reporter.status_update(
+                self.ctx.agent_id,
+                "Escalated to STANDARD: the task needs more steps than SIMPLE allows",
+                {"kind": progress.ESCALATED, "max_iterations": state.escalate_to},
+            )
         if not state.budget.exhausted:
             await self._fit_context()
         if state.budget.exhausted:
@@ -267,7 +282,8 @@ class _RunLoop:
         await self.reporter.llm_prompt(
             self.ctx.agent_id, prompt_payload(self.prompt, messages, "tool_loop")
         )
-        return await self.agent.llm.chat(messages, self.schemas)
+        schemas = [] if self.state.tools_withdrawn else self.schemas
+        return await self.agent.llm.chat(messages, schemas)
 
     async def _decide(self) -> None:
         decision = progress.decision_of(self.state)
@@ -370,9 +386,15 @@ class _RunLoop:
         progress.add(self.state, injection)
 
     async def _report(self, injection: Injection) -> None:
-        kind = injection.kind
-        await self.reporter.status_update(
-            self.ctx.agent_id,
-            f"Injected {kind.replace('_', ' ')}",
-            {"kind": kind, **injection.details, "text": injection.text},
-        )
+        await report_injection(self.reporter, self.ctx.agent_id, injection)
+
+
+async def report_injection(reporter: RunReporter, agent_id: str, injection: Injection) -> None:
+    """STATUS_UPDATE for a message the engine adds to the conversation (with its text, so a
+    takeover can add it again)."""
+    kind = injection.kind
+    await reporter.status_update(
+        agent_id,
+        f"Injected {kind.replace('_', ' ')}",
+        {"kind": kind, **injection.details, "text": injection.text},
+    )

@@ -18,6 +18,14 @@ from services.executor.policies.interrupts import FollowUps
 from services.executor.policies.reflection import SelfReflection
 from services.executor.ports import ToolDefinition
 
+ESCALATED = "escalated"
+"""STATUS_UPDATE kind: a SIMPLE run went on as STANDARD."""
+MAX_CYCLE_WARNINGS = 3
+"""Warnings a repeated call gets; one more repeat and the run stops offering tools."""
+TOOLS_WITHDRAWN_PROMPT = (
+    "You kept calling the same tool with the same arguments after being warned. No more "
+    "tools are available: answer now with what you have."
+)
 EMPTY_REPLY_PROMPT = "Your last reply was empty. Reply again: call a tool, or give your answer."
 BREVITY_PROMPT = (
     "Your last reply was cut off at the output limit and was not used. Reply again, "
@@ -41,6 +49,7 @@ def new_state(
     return LoopState(
         agent_id=agent_id,
         native=native,
+        escalate_to=settings.escalate_max_iterations,
         budget=budget or TokenBudget(settings.token_budget, settings.budget_warn_percent),
         reflection=SelfReflection(settings.reflection_interval),
         cycles=CycleDetector(settings.cycle_threshold),
@@ -81,14 +90,21 @@ def to_json_mode(state: LoopState, tools: Sequence[ToolDefinition], ctx: RunCont
 
 def decision_of(state: LoopState) -> Decision:
     assert state.response is not None, f"no response at stage {state.stage}"
-    return mode_of(state).decide(state.response, state.agent_id, state.iteration, state.tools)
+    offered = () if state.tools_withdrawn else state.tools
+    return mode_of(state).decide(state.response, state.agent_id, state.iteration, offered)
 
 
 def next_iteration(state: LoopState, max_iterations: int) -> None:
     state.response = None
-    if state.iteration >= max_iterations:
-        _answer(state, fallback_answer(state.steps))
-        return
+    cap = state.escalate_to if state.escalated else max_iterations
+    if state.iteration >= cap:
+        # A SIMPLE run whose model is still calling tools at its cap was routed too low: it
+        # goes on as STANDARD rather than answering with a summary of its tools.
+        still_calling = bool(state.steps) and state.steps[-1].iteration == state.iteration
+        if not (still_calling and not state.escalated and state.escalate_to > cap):
+            _answer(state, fallback_answer(state.steps))
+            return
+        state.escalated = True
     state.iteration += 1
     state.stage = Stage.CALL
 
@@ -111,6 +127,8 @@ def settle(state: LoopState, decision: Decision) -> None:
         _cut_off(state)
     elif decision.empty:
         _empty_reply(state)
+    elif state.tools_withdrawn and decision.calls:
+        _answer(state, fallback_answer(state.steps))  # asked for the answer, it called again
     elif decision.parse_failed:
         # JSON mode: one reformat request; a second unparsable reply is the answer as is,
         # unless it holds nothing.
@@ -177,6 +195,10 @@ def finish_batch(state: LoopState, decision: Decision) -> None:
         warning = state.cycles.observe(call.name, call.arguments_json)
         if warning:
             injections.append(Injection("cycle_warning", warning, {"tool_name": call.name}))
+        repeated = state.cycles.warnings(call.name, call.arguments_json) > MAX_CYCLE_WARNINGS
+        if repeated and not state.tools_withdrawn:
+            state.tools_withdrawn = True
+            injections.append(Injection("tools_withdrawn", TOOLS_WITHDRAWN_PROMPT))
     reflection = state.reflection.after_tool_calls(len(decision.calls))
     if reflection:
         injections.append(
@@ -212,6 +234,7 @@ def add(state: LoopState, injection: Injection) -> None:
     state.conversation.add_user(injection.text, pinned=injection.pinned)
     if injection.kind == "interrupt":
         state.interrupted = True
+        state.follow_ups.append(injection.text)
 
 
 def _answer(state: LoopState, answer: str) -> None:

@@ -32,6 +32,9 @@ class AgentSettings:
     compact_keep_recent: int
     run_timeout_seconds: float = 600.0
     """How long a run may take from its start; then it answers from what it has."""
+    escalate_max_iterations: int = 0
+    """A SIMPLE run's way out: at its cap with the model still calling tools it goes on as
+    STANDARD, up to this many iterations (0: it does not)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AgentSettings:

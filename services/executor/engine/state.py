@@ -95,9 +95,17 @@ class LoopState:
     steps: list[ToolStep] = field(default_factory=list)
     interrupted: bool = False
     """Whether any user follow-up was injected."""
+    follow_ups: list[str] = field(default_factory=list)
+    """The user's follow-ups as injected, for the answer synthesis to obey too."""
     reformat_pending: bool = False
     """JSON mode: the last reply could not be parsed and a reformat was asked for."""
     brevity_asked: bool = False
+    escalate_to: int = 0
+    """The iteration cap the run may escalate to (a SIMPLE run: STANDARD's; 0: none)."""
+    escalated: bool = False
+    escalation_reported: bool = False
+    tools_withdrawn: bool = False
+    """A call repeated past the third cycle warning: no more tools, the answer is asked for."""
     nudged: bool = False
     """An empty reply was answered with a nudge: the next one ends the loop."""
     """The last reply was cut off at the output limit and a shorter one was asked for."""

@@ -46,7 +46,10 @@ def synthesis_messages(
     draft: str,
     history: Sequence[Message] = (),
     task_context: Mapping[str, Any] | None = None,
+    follow_ups: Sequence[str] = (),
 ) -> list[Message]:
+    """The synthesis call: the question, what the agent did, its draft, and what the user
+    added while it worked (obeyed as the question is)."""
     trace = "\n".join(trace_line(i, step) for i, step in enumerate(steps, 1)) or "(no tools used)"
     earlier = ""
     if history:
@@ -55,8 +58,12 @@ def synthesis_messages(
             for m in history[-HISTORY_MESSAGES:]
         )
         earlier = f"Earlier in this conversation:\n{turns}\n\n"
+    added = ""
+    if follow_ups:
+        said = "\n".join(f"- {text}" for text in follow_ups)
+        added = f"The user added while the agent worked (follow these too):\n{said}\n\n"
     user = (
-        f"{earlier}Question: {query}\n\nSteps taken:\n{trace}\n\n"
+        f"{earlier}Question: {query}\n\n{added}Steps taken:\n{trace}\n\n"
         f"Draft answer from the agent:\n{draft or '(none)'}\n\nWrite the final answer."
     )
     system = SYNTHESIZER_PROMPT + context_note(task_context or {})

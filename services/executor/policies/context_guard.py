@@ -134,7 +134,8 @@ class ContextGuard:
         return self._tool_tokens
 
     def _truncate(self, entries: list[Entry], tool_tokens: int) -> list[Entry]:
-        """Drop the oldest unpinned, non-system messages, then clip long contents."""
+        """Drop the oldest unpinned, non-system messages (an assistant message with the
+        results of its calls), then clip long unpinned contents."""
         kept = list(entries)
 
         def over() -> bool:
@@ -152,8 +153,9 @@ class ContextGuard:
             if index is None:
                 break
             del kept[index]
-            # A `tool` message must not outlive the assistant message that asked for it.
-            while index < len(kept) - 1 and kept[index].message.get("role") == "tool":
+            # A `tool` message must not outlive the assistant message that asked for it,
+            # not even the newest: a conversation holding one is refused (HTTP 400).
+            while index < len(kept) and kept[index].message.get("role") == "tool":
                 del kept[index]
         if over():
             kept = [_clipped(e) for e in kept]
@@ -182,8 +184,10 @@ def _render(message: Message) -> str:
 
 
 def _clipped(entry: Entry) -> Entry:
+    """A long content cut short; system and pinned messages (the user's query, its follow-
+    ups) are kept whole."""
     content = entry.message.get("content")
-    if entry.message.get("role") == "system" or not isinstance(content, str):
+    if entry.pinned or entry.message.get("role") == "system" or not isinstance(content, str):
         return entry
     if len(content) <= CLIPPED_CONTENT_CHARS:
         return entry

@@ -38,3 +38,9 @@ class CycleDetector:
             "again will not give you anything new: try a different approach or another tool, "
             "or answer with what you have."
         )
+
+    def warnings(self, tool_name: str, arguments_json: str) -> int:
+        """How many warnings this call has had."""
+        if self.threshold <= 0:
+            return 0
+        return max(0, self.counts[call_key(tool_name, arguments_json)] - self.threshold + 1)

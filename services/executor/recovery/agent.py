@@ -29,7 +29,13 @@ from shuttle.llm.retry_events import FEATURE_UNSUPPORTED
 JSON_MODE_FALLBACK = (FEATURE_UNSUPPORTED, "json_mode")
 """The endpoint refused `tools`, and the agent went on with JSON actions."""
 
-INJECTED_KINDS = ("cycle_warning", "self_reflection", "brevity_request", "empty_reply")
+INJECTED_KINDS = (
+    "cycle_warning",
+    "self_reflection",
+    "brevity_request",
+    "empty_reply",
+    "tools_withdrawn",
+)
 """What a tool batch, or a reply cut off, calls for on its own (see progress)."""
 
 
@@ -150,6 +156,8 @@ class AgentFold:
             progress.made(state)
         elif kind == ANSWER_RESTARTED:
             self._advance(event, Stage.ANSWER)
+        elif kind == progress.ESCALATED:
+            self.state.escalation_reported = True
         elif event.get("phase") == "tools_selected":
             self._require(event, Stage.SELECT)
             usage = usage_of(event.payload)
