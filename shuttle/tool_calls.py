@@ -33,6 +33,18 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class DataProcessed:
+    """How much data a tool worked through: the run's DATA_PROCESSING event."""
+
+    operation: str
+    bytes_processed: int
+    records_processed: int | None = None
+    """Records (array items, object members, lines) the tool went through, when it counts."""
+    total_records: int | None = None
+    processing_stage: str = "done"
+
+
+@dataclass(frozen=True)
 class ToolOutcome:
     """What came of a tool call. `observation` is what the model sees, success or not."""
 
@@ -45,6 +57,8 @@ class ToolOutcome:
     duration_ms: int = 0
     artifacts: tuple[Artifact, ...] = ()
     call_id: str = ""
+    processed: DataProcessed | None = None
+    """For a tool that works through data: how much it did."""
 
     @property
     def ok(self) -> bool:

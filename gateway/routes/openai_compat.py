@@ -101,6 +101,16 @@ def model_names(settings: Settings) -> list[str]:
     return names
 
 
+def require_model(name: str, settings: Settings) -> None:
+    """404 for a model neither face offers."""
+    if name not in model_names(settings):
+        raise ApiError(
+            404,
+            "model_not_found",
+            f"model {name!r} does not exist; GET /v1/models lists the available ones",
+        )
+
+
 def _text(content: str | list[dict[str, Any]] | None) -> str:
     """A message's text; half a surrogate pair (JSON may escape one) becomes U+FFFD, which
     the task's gRPC request can carry."""
@@ -143,12 +153,7 @@ def check_bounds(body: ChatCompletionRequest, settings: Settings) -> None:
 def task_of(body: ChatCompletionRequest, settings: Settings) -> TaskSpec:
     check_bounds(body, settings)
     refuse_unsupported(body.model_extra or {}, REFUSED)
-    if body.model not in model_names(settings):
-        raise ApiError(
-            404,
-            "model_not_found",
-            f"model {body.model!r} does not exist; GET /v1/models lists the available ones",
-        )
+    require_model(body.model, settings)
     last = max((i for i, m in enumerate(body.messages) if m.role == "user"), default=-1)
     query = _text(body.messages[last].content).strip() if last >= 0 else ""
     if not query:

@@ -33,7 +33,7 @@ from gateway.openai.responses import (
     workflow_of_response,
 )
 from gateway.routes.common import Clients, Fanout, Index, Sessions, workflow_of
-from gateway.routes.openai_compat import AUTO_MODEL, OPENAI_ERRORS, model_names
+from gateway.routes.openai_compat import AUTO_MODEL, OPENAI_ERRORS, require_model
 from gateway.submit import TaskSpec, submit
 from gateway.workflow_status import status_name
 from shuttle.envelope import type_name
@@ -84,12 +84,7 @@ async def task_of(
     sessions: Sessions,
 ) -> TaskSpec:
     refuse_unsupported(body.model_extra or {}, REFUSED)
-    if body.model not in model_names(settings):
-        raise ApiError(
-            404,
-            "model_not_found",
-            f"model {body.model!r} does not exist; GET /v1/models lists the available ones",
-        )
+    require_model(body.model, settings)
     items = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
     said = [(str(i.get("role", "")), _text(i.get("content")).strip()) for i in items]
     said = [(role, text) for role, text in said if role in ("user", "assistant") and text]

@@ -47,13 +47,13 @@ CALLER_ROLES = method_roles(
 
 APPROVAL_TYPES = frozenset({"APPROVAL_REQUESTED", "WAITING", "APPROVAL_DECISION"})
 RETRY_REPORT_TYPES = frozenset({"ERROR_OCCURRED", "ERROR_RECOVERY"})
-TOOLS_TYPES = APPROVAL_TYPES | {"DATA_PROCESSING"}
-"""What the tools service appends: its approval gate, and what its data tools processed."""
+TOOLS_TYPES = APPROVAL_TYPES
+"""What the tools service appends: its approval gate."""
 
 _WHAT_EACH_APPENDS = {
     EXECUTOR: "every event but the approval gate's (APPROVAL_REQUESTED, WAITING, "
     "APPROVAL_DECISION), which are the tools service's",
-    TOOLS: "only APPROVAL_REQUESTED, WAITING, APPROVAL_DECISION and DATA_PROCESSING",
+    TOOLS: "only APPROVAL_REQUESTED, WAITING and APPROVAL_DECISION",
     PLANNER: "only its retry reports: ERROR_RECOVERY and ERROR_OCCURRED that is not fatal",
 }
 

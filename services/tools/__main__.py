@@ -16,7 +16,6 @@ from services.tools.builtins import BuiltinConfig, default_tools
 from services.tools.builtins.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 from services.tools.catalog import ToolRegistry
 from services.tools.cleanup import WorkflowDataCleaner
-from services.tools.data_reports import DataReports, ToolsProducer
 from services.tools.db import create_schema
 from services.tools.event_log import GrpcWorkflowLog
 from services.tools.grpc_api import CALLER_ROLES, SERVICE_NAME, ToolServiceServicer
@@ -141,7 +140,6 @@ async def build(settings: Settings) -> GrpcService:
         default_timeout_seconds=settings.tool_timeout_seconds,
         hooks=chain,
         artifacts=ArtifactStore(config.workspaces),
-        data_reports=DataReports(ToolsProducer(events_client)),
     )
 
     ledger, close_ledger = await open_ledger(engine, writes)

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
-from shuttle.tool_calls import Artifact
+from shuttle.tool_calls import Artifact, DataProcessed
 
 # The names OpenAI-compatible function calling accepts; a tool the model cannot name is useless.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -57,18 +57,6 @@ class ToolSpec:
             raise ValueError(
                 f"tool {self.name!r}: invalid parameters schema: {exc.message}"
             ) from exc
-
-
-@dataclass(frozen=True)
-class DataProcessed:
-    """How much data a tool worked through (a DATA_PROCESSING event on the run's log)."""
-
-    operation: str
-    bytes_processed: int
-    records_processed: int | None = None
-    """Records (array items, object members, lines) the tool went through, when it counts."""
-    total_records: int | None = None
-    processing_stage: str = "done"
 
 
 @dataclass(frozen=True)

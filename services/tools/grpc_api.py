@@ -24,7 +24,7 @@ from services.tools.host import ToolHost
 from services.tools.recorded import CallMismatch, LedgerUnavailable, RecordedCalls
 from shuttle.grpc_auth import EXECUTOR, GATEWAY, method_roles
 from shuttle.grpc_server import Context
-from shuttle.tool_calls import ToolCall, ToolOutcome
+from shuttle.tool_calls import DataProcessed, ToolCall, ToolOutcome
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 
 MAX_DELETE_IDS = 1000
@@ -91,6 +91,19 @@ def result_to_proto(result: ToolOutcome) -> tools_pb2.ExecuteResponse:
             for artifact in result.artifacts
         ],
         duration_ms=result.duration_ms,
+        processed=_processed(result.processed),
+    )
+
+
+def _processed(processed: DataProcessed | None) -> tools_pb2.DataProcessed | None:
+    if processed is None:
+        return None
+    return tools_pb2.DataProcessed(
+        operation=processed.operation,
+        bytes_processed=processed.bytes_processed,
+        records_processed=processed.records_processed,
+        total_records=processed.total_records,
+        processing_stage=processed.processing_stage,
     )
 
 

@@ -22,7 +22,6 @@ from jsonschema.validators import validator_for
 from services.tools.artifacts import ArtifactStore, is_artifact
 from services.tools.catalog import Tool, ToolError, ToolOutput, ToolRegistry, ToolSpec
 from services.tools.context import CallInfo, reset_current_call, set_current_call
-from services.tools.data_reports import DataReports
 from services.tools.hooks.approval import ApprovalGate
 from services.tools.hooks.base import CallRecord, HookContext
 from services.tools.hooks.chain import HookChain
@@ -81,7 +80,6 @@ class ToolHost:
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         hooks: HookChain | None = None,
         artifacts: ArtifactStore | None = None,
-        data_reports: DataReports | None = None,
     ) -> None:
         if not default_timeout_seconds > 0:
             raise ValueError("default_timeout_seconds must be > 0")
@@ -93,7 +91,6 @@ class ToolHost:
         self._validators: dict[str, Validator] = {}
         self._hooks = hooks or HookChain()
         self._artifacts = artifacts
-        self._data_reports = data_reports
 
     @property
     def registry(self) -> ToolRegistry:
@@ -201,6 +198,7 @@ class ToolHost:
             full_output=outcome.text,
             artifacts=outcome.artifacts,
             duration_ms=duration_ms,
+            processed=outcome.processed,
         )
 
     def _finish(self, call: ToolCall, failure: _Failure, started: float) -> ToolOutcome:
@@ -230,6 +228,7 @@ class ToolHost:
             truncated=record.truncated or cut,
             artifacts=record.artifacts,
             duration_ms=record.duration_ms,
+            processed=record.processed,
         )
 
     async def _run_tool(
@@ -271,15 +270,6 @@ class ToolHost:
         # Tools may be plugins that ignore the type hints; a wrong return must not escape.
         if not isinstance(output, ToolOutput) or not isinstance(output.text, str):
             return _Failure(f"tool {name!r} returned {type(output).__name__}, not ToolOutput text")
-        if output.processed is not None and self._data_reports is not None:
-            await self._data_reports.report(
-                output.processed,
-                workflow_id=call.workflow_id,
-                tenant_id=call.tenant_id,
-                tool_name=name,
-                call_id=call.call_id,
-                agent_id=call.agent_id,
-            )
         if self._artifacts is not None and is_artifact(output):
             try:
                 return self._artifacts.save(info, output)

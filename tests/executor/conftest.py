@@ -182,7 +182,7 @@ async def start_backends(
         )
     events = await build_events(settings)
     ports = {"events": await events.start("127.0.0.1", 0)}
-    # The tools service appends to the runs' logs too (approvals, DATA_PROCESSING).
+    # The tools service appends to the runs' logs too (its approval gate).
     tools_settings = settings.model_copy(update={"events_addr": f"127.0.0.1:{ports['events']}"})
     if tool_hooks:
         hooks_file = data_dir / "hooks.yaml"

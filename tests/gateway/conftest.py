@@ -150,3 +150,35 @@ def drive(*args: str) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+HOOKS = """
+hooks:
+  - kind: approval
+    tools: ["calculator"]
+    risk_level: HIGH
+"""
+
+
+def start_gated(data_dir: Path) -> tuple[Stack, str, str]:
+    """A stack whose calculator needs a human's approval, and keys of two tenants."""
+    hooks = data_dir / "hooks.yaml"
+    hooks.write_text(HOOKS)
+    key_a, key_b = create_key(data_dir, "acme"), create_key(data_dir, "globex")
+    stack = start_stack(
+        data_dir,
+        extra_env={
+            "SHUTTLE_AUTH": "required",
+            "SHUTTLE_TICKET_SECRET": TICKET_SECRET,
+            "SHUTTLE_TOOL_HOOKS_FILE": str(hooks),
+        },
+    )
+    return stack, key_a, key_b
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str, str]]:
+    """A stack whose calculator needs approval (one per test module), and two tenants' keys."""
+    stack, key_a, key_b = start_gated(Path(tmp_path_factory.mktemp("gated")))
+    yield stack, key_a, key_b
+    stack.stop()

@@ -3,48 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.gateway.conftest import TICKET_SECRET, create_key, drive
+from tests.gateway.conftest import drive
 from tests.support.sse import parse_frames
-from tests.support.stack import Stack, start_stack
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
-
-HOOKS = """
-hooks:
-  - kind: approval
-    tools: ["calculator"]
-    risk_level: HIGH
-"""
-
-
-def start_gated(data_dir: Path) -> tuple[Stack, str, str]:
-    """A stack whose calculator needs a human's approval, and keys of two tenants."""
-    hooks = data_dir / "hooks.yaml"
-    hooks.write_text(HOOKS)
-    key_a, key_b = create_key(data_dir, "acme"), create_key(data_dir, "globex")
-    stack = start_stack(
-        data_dir,
-        extra_env={
-            "SHUTTLE_AUTH": "required",
-            "SHUTTLE_TICKET_SECRET": TICKET_SECRET,
-            "SHUTTLE_TOOL_HOOKS_FILE": str(hooks),
-        },
-    )
-    return stack, key_a, key_b
-
-
-@pytest.fixture(scope="module")
-def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str, str]]:
-    stack, key_a, key_b = start_gated(Path(tmp_path_factory.mktemp("approvals")))
-    yield stack, key_a, key_b
-    stack.stop()
 
 
 def run_with_decision(

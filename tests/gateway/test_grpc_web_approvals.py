@@ -14,7 +14,8 @@ from gateway.stores.keys import KeyStore
 from shuttle.db import create_engine
 from shuttle.settings import Settings
 from shuttle.v1 import tools_pb2
-from tests.gateway.test_approvals import of_type, run_with_decision, start_gated
+from tests.gateway.conftest import start_gated
+from tests.gateway.test_approvals import of_type, run_with_decision
 from tests.gateway.test_grpc_web import call
 from tests.support.stack import Stack
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,7 +19,6 @@ from mcp.types import CallToolResult, TextContent
 
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 from tests.gateway.conftest import AuthStack
-from tests.gateway.test_approvals import start_gated
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
@@ -123,13 +121,6 @@ def test_a_request_without_a_valid_key_is_refused_before_mcp(auth_stack: AuthSta
     assert forged.status_code == 401
     # The gateway is still up for the next caller.
     assert httpx.get(f"{auth_stack.url}/healthz").status_code == 200
-
-
-@pytest.fixture(scope="module")
-def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str, str]]:
-    stack, key_a, key_b = start_gated(Path(tmp_path_factory.mktemp("mcp-approvals")))
-    yield stack, key_a, key_b
-    stack.stop()
 
 
 async def pending_approval(stack: Stack, tenant: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,7 +13,6 @@ import openai
 import pytest
 
 from tests.gateway.conftest import AuthStack
-from tests.gateway.test_approvals import start_gated
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
@@ -136,13 +134,6 @@ def test_what_shuttle_does_not_do_is_refused_by_name(
         f"{auth_stack.url}/v1/responses", json={"model": "shuttle-auto", "input": "hi"}
     )
     assert anonymous.status_code == 401
-
-
-@pytest.fixture(scope="module")
-def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str, str]]:
-    stack, key_a, key_b = start_gated(Path(tmp_path_factory.mktemp("responses-cancel")))
-    yield stack, key_a, key_b
-    stack.stop()
 
 
 def test_a_background_response_waiting_on_a_human_is_cancelled(

@@ -7,14 +7,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from shuttle.client import Event, ShuttleClient, ShuttleError
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 from tests.gateway.conftest import AuthStack
-from tests.gateway.test_approvals import start_gated
 from tests.support.cutting_proxy import CuttingProxy
 from tests.support.stack import Stack, free_ports
 
@@ -131,13 +129,6 @@ def test_control_of_a_finished_run_is_refused_with_its_reason(
     with pytest.raises(ShuttleError) as caught:
         client_a.pause(finished_a)
     assert caught.value.status == 409 and "completed" in caught.value.message
-
-
-@pytest.fixture(scope="module")
-def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str, str]]:
-    stack, key_a, key_b = start_gated(Path(tmp_path_factory.mktemp("client-approvals")))
-    yield stack, key_a, key_b
-    stack.stop()
 
 
 def test_an_approval_is_decided_while_the_events_are_followed(

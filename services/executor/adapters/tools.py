@@ -9,7 +9,7 @@ from functools import lru_cache
 import grpc
 
 from services.executor.ports import ToolDefinition
-from shuttle.tool_calls import Artifact, ToolCall, ToolOutcome
+from shuttle.tool_calls import Artifact, DataProcessed, ToolCall, ToolOutcome
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 
 # Distinct tool definitions kept decoded; a catalog rarely holds more than a few dozen.
@@ -77,4 +77,18 @@ class ToolClient:
                 Artifact(a.name, a.mime_type, a.size_bytes, a.uri) for a in response.artifacts
             ),
             call_id=response.call_id,
+            processed=_processed(response),
         )
+
+
+def _processed(response: tools_pb2.ExecuteResponse) -> DataProcessed | None:
+    if not response.HasField("processed"):
+        return None
+    p = response.processed
+    return DataProcessed(
+        operation=p.operation,
+        bytes_processed=p.bytes_processed,
+        records_processed=p.records_processed if p.HasField("records_processed") else None,
+        total_records=p.total_records if p.HasField("total_records") else None,
+        processing_stage=p.processing_stage,
+    )

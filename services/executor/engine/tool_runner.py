@@ -55,6 +55,11 @@ class ToolRunner:
         outcome = await self._execute(call)
         if outcome.call_id != call.call_id:
             outcome = replace(outcome, call_id=call.call_id)
+        if outcome.processed is not None:
+            # One producer for the call's events keeps them in order on the log.
+            await self._reporter.data_processing(
+                agent_id, call.name, call.call_id, outcome.processed
+            )
         await self._reporter.tool_observation(agent_id, iteration, call.call_id, call.name, outcome)
         state.outcomes[call.call_id] = outcome
 

@@ -10,7 +10,7 @@ from typing import Any
 from services.executor.log.emitter import EventEmitter
 from services.executor.ports import Route
 from shuttle.llm.protocol import ChatResult
-from shuttle.tool_calls import ToolOutcome
+from shuttle.tool_calls import DataProcessed, ToolOutcome
 from shuttle.usage import TokenUsage
 from shuttle.workflow_log import EventDraft
 
@@ -238,6 +238,26 @@ class RunReporter:
         }
         message = f"{tool_name}: {summarize_args(arguments_json)}"
         await self._emit("TOOL_INVOKED", message, payload, agent_id)
+
+    async def data_processing(
+        self, agent_id: str, tool_name: str, call_id: str, processed: DataProcessed
+    ) -> None:
+        """How much data a tool worked through, between its call and its observation."""
+        amount = (
+            f"{processed.records_processed:,} records"
+            if processed.records_processed is not None
+            else f"{processed.bytes_processed:,} bytes"
+        )
+        payload = {
+            "operation": processed.operation,
+            "records_processed": processed.records_processed,
+            "total_records": processed.total_records,
+            "bytes_processed": processed.bytes_processed,
+            "processing_stage": processed.processing_stage,
+            "tool_name": tool_name,
+            "call_id": call_id,
+        }
+        await self._emit("DATA_PROCESSING", f"{tool_name}: processed {amount}", payload, agent_id)
 
     async def tool_observation(
         self, agent_id: str, iteration: int, call_id: str, tool_name: str, outcome: ToolOutcome

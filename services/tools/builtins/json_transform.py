@@ -10,7 +10,8 @@ from jmespath.exceptions import JMESPathError
 from jmespath.functions import Functions, signature
 from jmespath.visitor import Options, TreeInterpreter
 
-from services.tools.catalog import DataProcessed, ToolError, ToolOutput, ToolSpec
+from services.tools.catalog import ToolError, ToolOutput, ToolSpec
+from shuttle.tool_calls import DataProcessed
 from shuttle.utf8 import utf8_size
 
 if TYPE_CHECKING:

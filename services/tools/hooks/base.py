@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from services.tools.catalog import ToolSpec
-from shuttle.tool_calls import Artifact
+from shuttle.tool_calls import Artifact, DataProcessed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +64,7 @@ class CallRecord:
     truncated: bool = False
     artifacts: tuple[Artifact, ...] = ()
     duration_ms: int = 0
+    processed: DataProcessed | None = None
 
     @property
     def outcome(self) -> str:
