@@ -241,5 +241,7 @@ async def test_a_run_that_ignores_three_cycle_warnings_loses_its_tools(
 async def test_an_empty_reply_is_nudged(backends: Backends, server: ScriptedOpenAI) -> None:
     run = live(backends, "native", **QUIET)
     final = await run.run(server, AgentModel(raw(""), answer("4"), synthesis="Four."))
-    assert final.nudged and final.answer == "Four."
-    await assert_replays(run, final)
+    assert final.answer == "Four." and not final.nudged  # the nudge was heeded
+    events = await assert_replays(run, final)
+    kinds = [e.get("kind") for e in events if e.type == "STATUS_UPDATE"]
+    assert kinds.count("empty_reply") == 1

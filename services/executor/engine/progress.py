@@ -143,6 +143,7 @@ def settle(state: LoopState, decision: Decision) -> None:
     else:
         state.reformat_pending = False
         state.brevity_asked = False
+        state.nudged = False
         mode.record_assistant(state.conversation, state.response, decision)
         if mode.drains_after_assistant:
             state.stage = Stage.ACT

@@ -107,7 +107,7 @@ class LoopState:
     tools_withdrawn: bool = False
     """A call repeated past the third cycle warning: no more tools, the answer is asked for."""
     nudged: bool = False
-    """An empty reply was answered with a nudge: the next one ends the loop."""
+    """An empty reply was just answered with a nudge: another in a row ends the loop."""
     """The last reply was cut off at the output limit and a shorter one was asked for."""
     response: ChatResult | None = None
     """The iteration's model response, from DECIDED until the iteration is over."""
