@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.openai.counts import token_count
 from shuttle.envelope import ANSWER_RESTARTED
 
 ID_PREFIX = "resp_"
@@ -140,9 +141,9 @@ class ResponseEvents:
         if kind == "WORKFLOW_COMPLETED":
             answer = str(payload.get("result", self.sent))
             usage = usage_of(
-                _count(payload.get("input_tokens")),
-                _count(payload.get("output_tokens")),
-                _count(payload.get("total_tokens")),
+                token_count(payload.get("input_tokens")),
+                token_count(payload.get("output_tokens")),
+                token_count(payload.get("total_tokens")),
             )
             done = self.shape.object("completed", answer, usage)
             return [*self._completed(answer), {"type": "response.completed", "response": done}]
@@ -216,9 +217,3 @@ class ResponseEvents:
                 "item": message_item(self.shape.workflow_id, content, "completed"),
             },
         ]
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    return max(int(value), 0)

@@ -15,7 +15,6 @@ task and session APIs too.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from gateway.backends import Backends
 from gateway.edge.tenancy import CallerDep
 from gateway.errors import ApiError, from_grpc_status
 from gateway.openai.conversation import conversation_of
+from gateway.openai.counts import token_count
 from gateway.openai.refusals import OWN_TOOLS, SAMPLING, refuse_unsupported
 from gateway.openai.streamed_answer import AnswerDiverged, StreamedAnswer
 from gateway.routes.common import Clients, Index, Sessions
@@ -207,18 +207,10 @@ async def _events(
 
 def chat_usage(payload: dict[str, Any]) -> dict[str, int]:
     return {
-        "prompt_tokens": _token_count(payload.get("input_tokens")),
-        "completion_tokens": _token_count(payload.get("output_tokens")),
-        "total_tokens": _token_count(payload.get("total_tokens")),
+        "prompt_tokens": token_count(payload.get("input_tokens")),
+        "completion_tokens": token_count(payload.get("output_tokens")),
+        "total_tokens": token_count(payload.get("total_tokens")),
     }
-
-
-def _token_count(value: Any) -> int:
-    """A usage figure as the OpenAI schema types it; 0 for what no producer should send
-    (any producer may append events, so the payload is not trusted to be well typed)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    return max(int(value), 0) if math.isfinite(value) else 0
 
 
 @router.post("/chat/completions", responses=OPENAI_ERRORS)

@@ -32,11 +32,6 @@ class ArtifactTooLarge(Exception):
         self.size = size
 
 
-def valid_name(name: str) -> bool:
-    """Whether `name` is one save() could have given."""
-    return artifact_name_ok(name)
-
-
 def is_artifact(output: ToolOutput) -> bool:
     return output.content_type.split(";")[0].strip().lower() in ARTIFACT_TYPES
 
@@ -49,8 +44,8 @@ class ArtifactStore:
         self, tenant_id: str, workflow_id: str, name: str, max_bytes: int = 0
     ) -> tuple[Artifact, Iterator[bytes]]:
         """The artifact and its content in chunks; raises ArtifactNotFound (for a name
-        that `valid_name` refuses too) and ArtifactTooLarge."""
-        if not valid_name(name):
+        that `artifact_name_ok` refuses too) and ArtifactTooLarge."""
+        if not artifact_name_ok(name):
             raise ArtifactNotFound(name)
         workspace = self._workspaces.for_call(
             CallInfo(tool_name="", tenant_id=tenant_id, workflow_id=workflow_id)

@@ -17,14 +17,14 @@ from services.tools.approvals import (
     ApprovalAlreadyDecidedError,
     ApprovalNotFoundError,
 )
-from services.tools.artifacts import ArtifactNotFound, ArtifactTooLarge, valid_name
+from services.tools.artifacts import ArtifactNotFound, ArtifactTooLarge
 from services.tools.catalog import ToolSpec
 from services.tools.cleanup import WorkflowDataCleaner
 from services.tools.host import ToolHost
 from services.tools.recorded import CallMismatch, LedgerUnavailable, RecordedCalls
 from shuttle.grpc_auth import EXECUTOR, GATEWAY, method_roles
 from shuttle.grpc_server import Context
-from shuttle.tool_calls import DataProcessed, ToolCall, ToolOutcome
+from shuttle.tool_calls import DataProcessed, ToolCall, ToolOutcome, artifact_name_ok
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 
 MAX_DELETE_IDS = 1000
@@ -263,7 +263,7 @@ class ToolServiceServicer(tools_pb2_grpc.ToolServiceServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "GetArtifactRequest.tenant_id and workflow_id are required",
             )
-        if not valid_name(request.name):
+        if not artifact_name_ok(request.name):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"GetArtifactRequest.name {request.name[:80]!r} is no artifact's name: "
