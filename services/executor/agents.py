@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from services.executor.commands.feed import RunReceiver
 from services.executor.dag.control import TeamControl
 from services.executor.dag.deadline import answer_team
+from services.executor.dag.fallback import PlanFallback, report_fallback
 from services.executor.dag.ports import DagPlanner, ModelPicker, PlanningFailed
 from services.executor.dag.steps import StepAgents, StepLimits
 from services.executor.dag.team import TeamRun, TeamSettings
@@ -108,7 +109,10 @@ class RunAgents:
         the run started (monotonic clock), which its deadline counts from."""
         deadline = RunDeadline.from_start(started, self.settings.run_timeout_seconds)
         if route.mode == "COMPLEX":
-            return await self._team(run, route.usage, ctx, reporter, recovery, deadline)
+            try:
+                return await self._team(run, route.usage, ctx, reporter, recovery, deadline)
+            except PlanFallback as fallback:
+                route = await report_fallback(reporter, route, fallback)
         return await self._react(run, route, ctx, reporter, recovery, deadline)
 
     async def _react(
@@ -190,6 +194,7 @@ class RunAgents:
             state=recovery.team if recovery is not None else None,
             running=recovery.running if recovery is not None else None,
             started=started_at(recovery),
+            may_fall_back=not run.request.mode,  # a mode the user forced is kept
         )
         if recovery is None:  # a team taken over folded it from WORKFLOW_STARTED
             team.state.own_usage += routing

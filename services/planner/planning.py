@@ -2,12 +2,13 @@
 
 A plan is repaired where the intent is plain (missing ids, a dependency given as a string
 or as a 1-based step number, `depends_on` for `dependencies`, self-dependencies) and
-rejected with a clear message where it is not (no steps, a step without a task, duplicate
-ids, unknown dependencies, cycles).
+rejected with a clear message where it is not (no steps, a step without a task or whose
+task has no words, duplicate ids, unknown dependencies, cycles).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,8 @@ from shuttle.plans import PlanError, PlanStep, check_plan
 from shuttle.usage import TokenUsage
 
 MAX_STEPS = 20
+_LETTER = re.compile(r"[^\W\d_]")
+"""A task is words; `":{"` (a small model's fragment of JSON) is not."""
 
 # Lenient on purpose: ids and dependencies are checked (and repaired) by `validate_plan`,
 # so that a near-miss is fixed instead of sending the model round again.
@@ -92,6 +95,8 @@ def validate_plan(raw: Mapping[str, Any], max_steps: int = MAX_STEPS) -> Plan:
         task = str(item.get("task") or "").strip()
         if not task:
             raise PlanError(f"step {step_id!r} has no task")
+        if not _LETTER.search(task):
+            raise PlanError(f"step {step_id!r}: {task[:40]!r} is not a task (it has no words)")
         deps = _dependencies(item, step_id, repairs)
         drafts.append(
             {

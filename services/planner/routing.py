@@ -2,7 +2,8 @@
 
 Greetings, thanks and bare arithmetic are SIMPLE; queries full of multi-part research
 words are COMPLEX; both without any model call. Everything else is asked of the model,
-and falls back to STANDARD if it gives no usable answer.
+and falls back to STANDARD if it gives no usable answer, or a mode its own complexity
+estimate contradicts.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ _COMPLEX_MARKERS = re.compile(
 COMPLEX_MARKER_COUNT = 3
 """Distinct complex markers needed to route COMPLEX without asking the model."""
 
+CONSISTENT_COMPLEX = 0.5
+"""The least estimate that agrees with a COMPLEX answer."""
+CONSISTENT_SIMPLE = 0.7
+"""The estimate from which a SIMPLE answer contradicts itself."""
+
 ROUTE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -97,8 +103,17 @@ def parse_route(raw: Mapping[str, Any]) -> RouteDecision:
     if math.isnan(complexity):
         raise ValueError("estimated_complexity is not a number")
     complexity = min(1.0, max(0.0, complexity))
-    mode = Mode(raw["mode"]) if raw.get("mode") else mode_for(complexity)
-    return RouteDecision(mode, complexity, str(raw.get("reasoning") or ""), False)
+    reasoning = str(raw.get("reasoning") or "")
+    if not raw.get("mode"):
+        return RouteDecision(mode_for(complexity), complexity, reasoning, False)
+    mode = Mode(raw["mode"])
+    if (mode is Mode.COMPLEX and complexity < CONSISTENT_COMPLEX) or (
+        mode is Mode.SIMPLE and complexity >= CONSISTENT_SIMPLE
+    ):
+        # A mode its own estimate contradicts is a guess: the default is safer than either.
+        reasoning = f"the model said {mode} at complexity {complexity:g}; running STANDARD"
+        return RouteDecision(Mode.STANDARD, complexity, reasoning, False)
+    return RouteDecision(mode, complexity, reasoning, False)
 
 
 DEFAULT_ROUTE = RouteDecision(

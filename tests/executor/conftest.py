@@ -90,8 +90,10 @@ class Backends:
         sink_options: Mapping[str, int] | None = None,
         emitter: EmitterSettings | None = None,
         models: ModelPicker | None = None,
+        routed: bool = False,
         **overrides: Any,
     ) -> RunManager:
+        """`routed`: the planner routes runs that name no mode (else they run STANDARD)."""
         settings = replace(agent_defaults(), tool_timeout_seconds=10, **overrides)
         return RunManager(
             registry=GrpcWorkflowRegistry(self.client),
@@ -110,6 +112,7 @@ class Backends:
             run_log=GrpcRunLog(self.client),
             emitter=emitter,
             models=models,
+            router=self.planner if routed else None,
         )
 
     async def serve(

@@ -101,6 +101,7 @@ def test_a_near_miss_plan_is_repaired() -> None:
         ({}, "the plan has no steps"),
         ({"steps": ["do it"]}, "steps[0] is not an object"),
         ({"steps": [{"id": "a", "task": "  "}]}, "step 'a' has no task"),
+        ({"steps": [{"id": "a", "task": '":{'}]}, "step 'a': '\":{' is not a task"),
         (
             {"steps": [{"id": "a", "task": "x"}, {"id": "a", "task": "y"}]},
             "step id 'a' is used by steps[0] and steps[1]",
@@ -197,6 +198,24 @@ async def test_other_queries_ask_the_model(server: ScriptedOpenAI) -> None:
     decision = await route(selecting(server), "Find the cheapest flight to Osaka next week")
     assert (decision.mode, decision.estimated_complexity) == (Mode.STANDARD, 0.55)
     assert not decision.fast_path and decision.usage.total_tokens > 0
+
+
+@pytest.mark.parametrize(
+    ("answer", "mode"),
+    [
+        ({"mode": "COMPLEX", "estimated_complexity": 0.2}, Mode.STANDARD),
+        ({"mode": "SIMPLE", "estimated_complexity": 0.9}, Mode.STANDARD),
+        ({"mode": "COMPLEX", "estimated_complexity": 0.6}, Mode.COMPLEX),
+        ({"mode": "SIMPLE", "estimated_complexity": 0.4}, Mode.SIMPLE),
+    ],
+)
+async def test_a_mode_its_own_estimate_contradicts_runs_standard(
+    server: ScriptedOpenAI, answer: dict[str, Any], mode: Mode
+) -> None:
+    server.script(tool_call("route_task", answer))
+    decision = await route(selecting(server), "Name the capital of France")
+    assert decision.mode is mode
+    assert decision.estimated_complexity == answer["estimated_complexity"]
 
 
 async def test_routing_without_a_usable_answer_is_standard(server: ScriptedOpenAI) -> None:

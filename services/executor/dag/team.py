@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from services.executor.dag import state as progress
 from services.executor.dag.control import TeamControl
 from services.executor.dag.events import TeamReporter
+from services.executor.dag.fallback import PlanFallback, senseless_plan
 from services.executor.dag.plan import qualify
-from services.executor.dag.ports import DagPlanner
+from services.executor.dag.ports import DagPlanner, PlanningFailed
 from services.executor.dag.scheduler import RoundScheduler
 from services.executor.dag.state import StepRecord, TeamSettings, TeamStage, TeamState
 from services.executor.dag.steps import StepAgents, member_for
@@ -70,9 +71,11 @@ class TeamRun:
         state: TeamState | None = None,
         running: Mapping[str, AgentRecord] | None = None,
         started: float | None = None,
+        may_fall_back: bool = False,
     ) -> None:
         """`state`, `running` (the round's steps that had started, as their logs left them)
-        and `started` (monotonic clock) for a team taken over."""
+        and `started` (monotonic clock) for a team taken over. `may_fall_back`: a first plan
+        that is not worth a team raises PlanFallback (dag/fallback.py)."""
         self._query = query
         self._ctx = ctx
         self._planner = planner
@@ -83,6 +86,7 @@ class TeamRun:
         self._control = control
         self._inbox = inbox
         self._settings = settings
+        self._may_fall_back = may_fall_back
         self.state = state or TeamState(TokenBudget(token_budget, budget_warn_percent))
         self._running = dict(running or {})
         self._restarting_answer = self.state.stage is TeamStage.ANSWER
@@ -159,7 +163,17 @@ class TeamRun:
 
     async def _planning(self, tools: Sequence[ToolDefinition]) -> None:
         state = self.state
-        planned = await self._planner.plan(self._ctx.workflow_id, self._query, tools, state.context)
+        may_fall_back = self._may_fall_back and state.round == 1
+        try:
+            planned = await self._planner.plan(
+                self._ctx.workflow_id, self._query, tools, state.context
+            )
+        except PlanningFailed as failed:
+            if may_fall_back:
+                raise PlanFallback(f"no usable plan ({failed})", TokenUsage()) from failed
+            raise
+        if may_fall_back and (reason := senseless_plan(planned.steps, self._query)):
+            raise PlanFallback(reason, planned.usage)
         steps = qualify(planned.steps, state.round)
         check_plan(steps)
         await self._charge(planned.usage)

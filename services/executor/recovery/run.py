@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from services.executor.dag.fallback import FELL_BACK
 from services.executor.dag.state import TeamSettings, TeamState
 from services.executor.dag.steps import StepLimits, step_settings
 from services.executor.engine.settings import AgentSettings
@@ -91,6 +92,12 @@ def fold_run(
                 )
                 team.state.own_usage += routing
                 team.state.budget.charge(routing.total_tokens)
+            continue
+        if kind == "STATUS_UPDATE" and event.get("kind") == FELL_BACK and recovery.route:
+            # The team never ran a step: the run goes on as the STANDARD agent it became.
+            spent = recovery.route.usage + usage_of(event.payload)
+            recovery.route = Route("STANDARD", recovery.route.estimated_complexity, spent)
+            settings, team = tuning.agent("STANDARD"), None
             continue
         if kind in CONTROL_TYPES:
             recovery.controls.append(LogCommand(event.seq, kind, event.payload))
