@@ -194,7 +194,13 @@ class Route:
 
 class Router(Protocol):
     async def route(
-        self, workflow_id: str, query: str, requested_mode: str, tenant_id: str = ""
+        self,
+        workflow_id: str,
+        query: str,
+        requested_mode: str,
+        tenant_id: str = "",
+        within_seconds: float | None = None,
     ) -> Route:
-        """The user's mode when they forced one, else the planner's estimate."""
+        """The user's mode when they forced one, else the planner's estimate (STANDARD
+        when none comes `within_seconds`, what is left of the run's deadline)."""
         ...

@@ -278,7 +278,7 @@ class RunManager:
                     return
             route = recovery.route if recovery is not None else None
             if route is None:
-                route = await self._route(workflow_id, request)
+                route = await self._route(workflow_id, request, started)
                 # Whatever the listing answers (an error is raised to whoever awaits it), the
                 # run's opening events then go in one Append rather than WORKFLOW_STARTED alone
                 # while the agent waits for its catalog.
@@ -359,10 +359,14 @@ class RunManager:
             task.uncancel()
         return True
 
-    async def _route(self, workflow_id: str, request: RunRequest) -> Route:
+    async def _route(self, workflow_id: str, request: RunRequest, started: float) -> Route:
         if self._router is None:
             return Route(request.mode or "STANDARD", 0.0)
-        return await self._router.route(workflow_id, request.query, request.mode, request.tenant_id)
+        # Routing counts against the run's deadline like everything after it.
+        left = started + self._agents.settings.run_timeout_seconds - time.monotonic()
+        return await self._router.route(
+            workflow_id, request.query, request.mode, request.tenant_id, within_seconds=left
+        )
 
     async def shutdown(self) -> None:
         """Hand every run over at once: stop claiming, stop each run where it stands

@@ -23,7 +23,7 @@ from services.executor.dag.team import TeamSettings
 from services.executor.engine.settings import AgentSettings
 from services.executor.grpc_api import ExecutorServicer
 from services.executor.lease import Leasing
-from services.executor.ports import RunRequest, ToolSelector
+from services.executor.ports import Router, RunRequest, ToolSelector
 from services.executor.runs import EmitterSettings, RunManager
 from services.planner.__main__ import build as build_planner
 from services.tools.__main__ import build as build_tools
@@ -90,10 +90,10 @@ class Backends:
         sink_options: Mapping[str, int] | None = None,
         emitter: EmitterSettings | None = None,
         models: ModelPicker | None = None,
-        routed: bool = False,
+        router: Router | None = None,
         **overrides: Any,
     ) -> RunManager:
-        """`routed`: the planner routes runs that name no mode (else they run STANDARD)."""
+        """Without a `router`, runs that name no mode run STANDARD."""
         settings = replace(agent_defaults(), tool_timeout_seconds=10, **overrides)
         return RunManager(
             registry=GrpcWorkflowRegistry(self.client),
@@ -112,7 +112,7 @@ class Backends:
             run_log=GrpcRunLog(self.client),
             emitter=emitter,
             models=models,
-            router=self.planner if routed else None,
+            router=router,
         )
 
     async def serve(

@@ -3,14 +3,17 @@ it, and the run deadline, against the scripted OpenAI-compatible server."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from services.executor.adapters.planner import PlannerClient
 from services.executor.engine.progress import BREVITY_PROMPT
+from services.planner.routing import ROUTER_PROMPT
 from shuttle.llm.factory import build_registry
 from shuttle.llm.openai_model import OpenAIModel
 from shuttle.settings import Settings
-from tests.executor.conftest import Backends, first, of_type, types_of
-from tests.support.scripted_openai import Reply, ScriptedOpenAI, error, text
+from tests.executor.conftest import Backends, first, of_type, running_backends, types_of
+from tests.support.scripted_openai import Reply, ScriptedOpenAI, error, text, tool_call
 
 RAMBLING = "Let me think about this. " * 40
 
@@ -124,3 +127,29 @@ async def test_no_retry_is_made_or_promised_past_the_run_deadline(
     assert first(events, "WORKFLOW_COMPLETED")["payload"]["result"] == (
         "Nothing could be computed in time."
     )
+
+
+async def test_routing_counts_against_the_run_deadline(
+    tmp_path: Path, model: ScriptedOpenAI
+) -> None:
+    def slow_router(body: dict[str, Any]) -> Reply:
+        if body["messages"][0]["content"] == ROUTER_PROMPT:
+            # Late: had the run waited for it, the run would be COMPLEX.
+            route = {"mode": "COMPLEX", "estimated_complexity": 0.9}
+            return Reply(tool_calls=tool_call("route_task", route).tool_calls, delay=8)
+        if body.get("stream"):
+            return text("No time to look it up.")
+        return text("Paris.")
+
+    model.set_handler(slow_router)
+    async with running_backends(tmp_path, model.base_url) as backends:
+        # A router that would wait far longer than the run may take.
+        router = PlannerClient(backends.channels[2], route_timeout_seconds=300)
+        runs = backends.run_manager(openai_model(model), router=router, run_timeout_seconds=1.0)
+        events = await backends.run_to_end(runs, "Name the capital of France")
+
+    ends_cleanly(events)
+    assert any(r["messages"][0]["content"] == ROUTER_PROMPT for r in model.requests)
+    assert first(events, "WORKFLOW_STARTED")["payload"]["mode"] == "STANDARD"
+    errors = [e["payload"]["error_type"] for e in of_type(events, "ERROR_OCCURRED")]
+    assert errors == ["TIMEOUT"]

@@ -38,7 +38,9 @@ def team() -> TeamModel:
 
 def runs_on(dag: Backends, server: TimedScriptedOpenAI, **kw: Any) -> RunManager:
     llm = OpenAIModel(server.base_url, "k", "scripted-model", 30.0, 0)
-    return dag.run_manager(llm, routed=True, completion_check=False, reflection_interval=0, **kw)
+    return dag.run_manager(
+        llm, router=dag.planner, completion_check=False, reflection_interval=0, **kw
+    )
 
 
 def fell_back(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -39,18 +39,29 @@ class PlannerClient:
     cannot answer never fails a run where the run can do without it (STANDARD mode, every
     tool offered, the round's results standing)."""
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(
+        self, channel: grpc.aio.Channel, route_timeout_seconds: float = ROUTE_TIMEOUT_SECONDS
+    ) -> None:
         self._stub = planner_pb2_grpc.PlannerServiceStub(channel)
+        self._route_timeout = route_timeout_seconds
 
     async def route(
-        self, workflow_id: str, query: str, requested_mode: str, tenant_id: str = ""
+        self,
+        workflow_id: str,
+        query: str,
+        requested_mode: str,
+        tenant_id: str = "",
+        within_seconds: float | None = None,
     ) -> Route:
         if requested_mode in MODES:
             return Route(requested_mode, 0.0)
+        timeout = self._route_timeout
+        if within_seconds is not None:
+            timeout = max(0.0, min(timeout, within_seconds))
         try:
             reply = await self._stub.Route(
                 planner_pb2.RouteRequest(workflow_id=workflow_id, query=query),
-                timeout=ROUTE_TIMEOUT_SECONDS,
+                timeout=timeout,
                 metadata=tenant_metadata(tenant_id),
             )
         except grpc.aio.AioRpcError as exc:
