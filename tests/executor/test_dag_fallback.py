@@ -1,6 +1,7 @@
 """A run the router sent COMPLEX whose first plan is not worth a team (none could be had, or
 its one step restates the task) goes on as STANDARD, on the live path and after a takeover;
-a mode the user forced keeps its team."""
+a mode the user forced keeps its team. A team's synthesis that gives its prompt back is not
+the answer either."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from services.executor.adapters.events import GrpcRunLeases
+from services.executor.dag.synthesis import TEAM_SYNTHESIS_PROMPT
 from services.executor.lease import Leasing
 from services.executor.ports import RunRequest
 from services.executor.runs import RunManager
@@ -18,7 +20,7 @@ from shuttle.llm.openai_model import OpenAIModel
 from tests.executor.conftest import TENANT, Backends, first, of_type, types_of
 from tests.executor.test_takeover import LEASE_SECONDS, POLL_SECONDS
 from tests.support.scripted_openai import text, tool_call
-from tests.support.team_model import TeamModel, TimedScriptedOpenAI, plan
+from tests.support.team_model import TeamModel, TimedScriptedOpenAI, plan, verdict
 
 QUERY = "Name the capital of France"
 ROUTED_COMPLEX = tool_call("route_task", {"mode": "COMPLEX", "estimated_complexity": 0.9})
@@ -69,6 +71,22 @@ async def test_a_plan_that_restates_the_task_runs_as_standard(
     assert done["total_tokens"] == routing + TOKENS_PER_CALL + outputs
 
 
+async def test_a_plan_whose_first_step_is_the_whole_task_runs_as_standard(
+    dag: Backends, server: TimedScriptedOpenAI, team: TeamModel
+) -> None:
+    # Gemma 3 270M's plan for the question.
+    team.plans = [
+        plan(("s1", "Name the Capital of France", []), ("s2", "The Capital of Italy", []))
+    ]
+    events = await dag.run_to_end(runs_on(dag, server), QUERY)
+
+    (switch,) = fell_back(events)
+    assert switch["payload"]["reason"] == (
+        "step 's1' restates the whole task, so the plan does not divide it"
+    )
+    assert "TEAM_RECRUITED" not in types_of(events)
+
+
 async def test_no_usable_plan_runs_as_standard(
     dag: Backends, server: TimedScriptedOpenAI, team: TeamModel
 ) -> None:
@@ -96,12 +114,18 @@ async def test_a_forced_complex_keeps_its_team(
 async def test_a_plan_of_real_parts_keeps_its_team(
     dag: Backends, server: TimedScriptedOpenAI, team: TeamModel
 ) -> None:
-    team.plans = [plan(("s1", "Research A", []), ("s2", "Research B", []))]
-    team.steps["s2"] = [text("B.")]
+    team.plans = [
+        plan(
+            ("s1", "Research venues", []),
+            ("s2", "Draft the agenda", []),
+            ("s3", "Organise a company offsite from s1 and s2", ["s1", "s2"]),
+        )
+    ]
+    team.steps.update(s2=[text("B.")], s3=[text("C.")])
     events = await dag.run_to_end(runs_on(dag, server), "Organise a company offsite")
 
-    assert not fell_back(events)
-    assert sorted(e["agent_id"] for e in of_type(events, "AGENT_STARTED")) == ["s1", "s2"]
+    assert not fell_back(events), "the join restates the task but starts from the others"
+    assert sorted(e["agent_id"] for e in of_type(events, "AGENT_STARTED")) == ["s1", "s2", "s3"]
 
 
 async def test_a_run_taken_over_after_falling_back_stays_standard(
@@ -140,3 +164,18 @@ async def test_a_run_taken_over_after_falling_back_stays_standard(
         >= first(events, "WORKFLOW_STARTED")["payload"]["routing"]["usage"]["total_tokens"]
         + TOKENS_PER_CALL
     )
+
+
+@pytest.mark.parametrize("synthesis", ["", TEAM_SYNTHESIS_PROMPT[:160]])
+async def test_a_team_synthesis_that_says_nothing_or_echoes_its_prompt_keeps_the_draft(
+    dag: Backends, server: TimedScriptedOpenAI, team: TeamModel, synthesis: str
+) -> None:
+    team.plans = [plan(("s1", "Research A", []), ("s2", "Research B", []))]
+    team.steps["s2"] = [text("B.")]
+    team.verdicts = [verdict(True, 0.95, answer="A and B, from the review.")]
+    team.synthesis = synthesis
+    events = await dag.run_to_end(runs_on(dag, server), QUERY, mode="COMPLEX")
+
+    done = first(events, "WORKFLOW_COMPLETED")["payload"]
+    assert done["result"] == "A and B, from the review."
+    assert first(events, "THREAD_MESSAGE_COMPLETED")["payload"]["content"] == done["result"]

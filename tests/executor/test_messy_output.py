@@ -12,6 +12,7 @@ import pytest
 
 from services.executor.engine.json_actions import parse_action, text_tool_calls
 from services.executor.engine.progress import EMPTY_REPLY_PROMPT
+from services.executor.engine.synthesis import echoes_prompt
 from services.executor.runs import RunManager
 from shuttle.llm.openai_model import OpenAIModel
 from tests.executor.conftest import Backends, first, of_type
@@ -127,8 +128,18 @@ async def test_a_synthesis_that_says_nothing_or_echoes_its_prompt_is_not_the_ans
     for synthesis in (
         "",
         "Question: 12*7?\n\nSteps taken:\n1. calculator\n\nDraft answer from the agent:\n84",
+        # Gemma 3 270M, asked for the answer, gave its instructions back:
+        "you write the final answer to a user's question from the work an agent has done.",
     ):
         script = AgentModel(calc("12*7"), answer("It is 84."), synthesis=synthesis)
         events = await backends.run_to_end(manager(backends, server, script, True), "12*7?")
         assert first(events, "WORKFLOW_COMPLETED")["payload"]["result"] == "It is 84.", synthesis
         assert first(events, "THREAD_MESSAGE_COMPLETED")["payload"]["content"] == "It is 84."
+
+
+@pytest.mark.parametrize(
+    "reply",
+    ["The capital of France is Paris.", "84", "The final answer to the question is 84."],
+)
+def test_an_answer_that_quotes_its_instructions_is_still_an_answer(reply: str) -> None:
+    assert not echoes_prompt(reply)

@@ -1,9 +1,10 @@
 """When the router chose COMPLEX and the first plan says otherwise, the run goes STANDARD.
 
 A small model routes plain questions COMPLEX and then plans nonsense for them: no plan at
-all, or one step that restates the query. A team would spend a plan, a step agent and a
-synthesis on what one agent does; the run falls back to STANDARD instead, before any step
-ran, and says so with STATUS_UPDATE{kind: fell_back}. A mode the user forced is kept.
+all, or a step that restates the whole query beside others that wander off. A team would
+spend a plan, a step agent and a synthesis on what one agent does; the run falls back to
+STANDARD instead, before any step ran, and says so with STATUS_UPDATE{kind: fell_back}. A
+mode the user forced is kept.
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ class PlanFallback(Exception):
 
 
 def senseless_plan(steps: Sequence[PlanStep], query: str) -> str:
-    """Why a first plan is not worth a team (empty: it is)."""
-    if len(steps) != 1:
-        return ""
-    if restates(steps[0].task, query):
-        return "the plan's one step restates the task"
+    """Why a first plan is not worth a team (empty: it is): a step that starts from nothing
+    and restates the task does all of it, so the plan does not divide the work."""
+    for step in steps:
+        if not step.dependencies and restates(step.task, query):
+            if len(steps) == 1:
+                return "the plan's one step restates the task"
+            return f"step {step.id!r} restates the whole task, so the plan does not divide it"
     return ""
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from services.executor.dag.handoff import cut
 from services.executor.dag.state import StepRecord
+from services.executor.engine.synthesis import echoes_prompt
 from services.executor.log.partials import ReasoningRelay
 from services.executor.log.prompts import PromptSettings, prompt_payload
 from services.executor.log.reporter import RunReporter
@@ -86,6 +87,9 @@ async def stream_team_answer(
         )
         final = None
     answer = final.content if final is not None else (fallback or "".join(parts))
+    instructions = str(messages[0].get("content") or "")
+    if fallback.strip() and (not answer.strip() or echoes_prompt(answer, instructions)):
+        answer = fallback  # a synthesis that says nothing, or gives its prompt back
     tokens = final.usage.output_tokens if final is not None else 0
     await reporter.answer_completed(SYNTHESIS_AGENT, answer, tokens)
     if final is None:

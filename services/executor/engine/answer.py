@@ -46,7 +46,8 @@ async def stream_answer(
         )
         final = None
     answer = final.content if final is not None else (state.answer or "".join(parts))
-    if state.answer.strip() and (not answer.strip() or echoes_prompt(answer)):
+    instructions = str(messages[0].get("content") or "")
+    if state.answer.strip() and (not answer.strip() or echoes_prompt(answer, instructions)):
         # A synthesis that says nothing, or gives its prompt back, is no answer: the loop's
         # own stands.
         answer = state.answer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -98,10 +99,34 @@ def budget_answer(steps: Sequence[ToolStep], budget: int, draft: str) -> str:
     return "\n".join(lines)
 
 
-def echoes_prompt(reply: str) -> bool:
+ECHO_OPENING_WORDS = 30
+ECHO_SHINGLE = 4
+ECHO_MIN_SHINGLES = 3
+ECHO_SHARE = 0.5
+"""An opening whose 4-word runs are at least half the instructions' own is an echo; an
+answer that quotes a phrase of them is not."""
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
+
+
+def echoes_prompt(reply: str, instructions: str = SYNTHESIZER_PROMPT) -> bool:
     """Whether a synthesis merely gives its own prompt back (small models do) instead of
-    answering: it opens as the prompt does and carries another of its headings."""
+    answering: it opens as the user prompt does and carries another of its headings, or
+    its opening is mostly `instructions` (the system prompt) word for word."""
     body = reply.lstrip()
-    return body.startswith("Question:") and (
+    if body.startswith("Question:") and (
         "Steps taken:" in body or "Draft answer from the agent:" in body
-    )
+    ):
+        return True
+    opening = _shingles(_words(body)[:ECHO_OPENING_WORDS])
+    if len(opening) < ECHO_MIN_SHINGLES:
+        return False
+    given = set(_shingles(_words(instructions)))
+    return sum(s in given for s in opening) >= ECHO_SHARE * len(opening)
+
+
+def _words(text: str) -> list[str]:
+    return [w.casefold() for w in _WORD.findall(text)]
+
+
+def _shingles(words: list[str]) -> list[tuple[str, ...]]:
+    return [tuple(words[i : i + ECHO_SHINGLE]) for i in range(len(words) - ECHO_SHINGLE + 1)]
