@@ -1,15 +1,13 @@
-"""The ReAct loop without Shuttle: the same conversation on the `openai` client alone, on
-Shuttle's own model client, and as LangGraph's prebuilt agent, the calculator in-process.
+"""The ReAct loop without Shuttle: the same conversation on the `openai` client alone and on
+Shuttle's own model client, the calculator in-process (LangGraph's and the Agents SDK's agents
+are in `langgraph_agent` and `agents_sdk`).
 
-Each asks the model with the calculator's tool until it answers, then streams the synthesis
-(LangGraph's prebuilt agent makes no synthesis call), as a Shuttle run of the STANDARD mode
-does.
+Each asks the model with the calculator's tool until it answers, then streams the synthesis,
+as a Shuttle run of the STANDARD mode does.
 """
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import openai
@@ -87,29 +85,3 @@ def assistant_message(result: ChatResult) -> dict[str, Any]:
             for call in result.tool_calls
         ],
     }
-
-
-def langgraph_runner(base_url: str) -> Callable[[int], Awaitable[None]] | None:
-    """LangGraph's prebuilt ReAct agent on the same model, or None without the bench extra."""
-    try:
-        from langchain_core.tools import tool
-        from langchain_openai import ChatOpenAI
-        from langgraph.prebuilt import create_react_agent
-    except ImportError:
-        return None
-
-    @tool
-    async def calculator(expression: str) -> str:
-        """Evaluate an arithmetic expression."""
-        return (await CALCULATOR.run({"expression": expression})).text
-
-    model = ChatOpenAI(base_url=base_url, api_key="bench", model="scripted-model", max_retries=0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # create_react_agent's deprecation notice
-        agent = create_react_agent(model, [calculator])
-
-    async def run(k: int) -> None:
-        config: Any = {"recursion_limit": 2 * k + 10}
-        await agent.ainvoke({"messages": [("user", f"iterations={k}")]}, config)
-
-    return run

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import grpc
 import openai
 
-from bench.peers.loops import LLM_TIMEOUT_SECONDS, langgraph_runner, model_client_loop, openai_loop
+from bench.peers.langgraph_agent import langgraph_runner
+from bench.peers.loops import LLM_TIMEOUT_SECONDS, model_client_loop, openai_loop
 from bench.support.model_server import ModelProcess
 from shuttle.envelope import type_name
 from shuttle.events_client.follow import follow
