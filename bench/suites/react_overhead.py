@@ -7,7 +7,10 @@ tools service over gRPC and the event log. Shuttle is measured read two ways, un
 STREAM_END: over ExecutorService.Run, which relays the log one event per message, and with
 StartRun plus the log read in batches from the events service, as the gateway reads it.
 The bare loop (on the `openai` client, and on the model client the executor uses) and
-LangGraph's prebuilt ReAct agent call the calculator in-process. The hops peer
+LangGraph's prebuilt ReAct agent call the calculator in-process, and so do the peers that
+persist each run as it goes, as Shuttle's log does (`bench/support/persisting_sides.py`):
+LangGraph's agent with its SQLite and its PostgreSQL checkpointer, and the OpenAI Agents SDK's
+agent with a SQLiteSession. The hops peer
 (`bench/peers/hops.py`) makes a run's calls across processes as Shuttle does (tool calls,
 Appends, the log relayed over Run) on bare grpc.aio servers: the layout's own cost.
 Each K is measured on every side in turn, round after round, so that noise from the machine
@@ -30,18 +33,20 @@ from functools import partial
 from pathlib import Path
 
 from bench.peers.hops import hops_peer
+from bench.support.persisting_sides import persisting_sides
 from bench.support.react_sides import Sides, open_sides, run_over, timed
 from bench.support.results import add_common_arguments, save, sized
 from bench.support.spread import Spread
 from bench.support.stack import STACK_ENV, running_stack, scripted_stack
 
-KS = (5, 20, 50)
+KS = (1, 5, 20, 50)
+Runner = Callable[[int], Awaitable[None]]
 
 
 def side_runners(
-    sides: Sides, hops: Callable[[int], Awaitable[None]]
-) -> dict[str, Callable[[int], Awaitable[None]]]:
-    runners: dict[str, Callable[[int], Awaitable[None]]] = {
+    sides: Sides, hops: Runner, persisting: dict[str, Runner] | None = None
+) -> dict[str, Runner]:
+    runners: dict[str, Runner] = {
         "shuttle": sides.shuttle,
         "shuttle_log": sides.shuttle_log,
         "hops": hops,
@@ -50,17 +55,18 @@ def side_runners(
     }
     if sides.langgraph is not None:
         runners["langgraph"] = sides.langgraph
-    return runners
+    return runners | (persisting or {})
 
 
 async def measure(
     sides: Sides,
-    hops: Callable[[int], Awaitable[None]],
+    hops: Runner,
     runs: int,
     baseline: Sides | None = None,
+    persisting: dict[str, Runner] | None = None,
 ) -> dict[str, dict[int, list[float]]]:
     """Seconds per run, by side and K."""
-    runners = side_runners(sides, hops)
+    runners = side_runners(sides, hops, persisting)
     if baseline is not None:
         runners = {"baseline": baseline.shuttle, **runners}
     samples: dict[str, dict[int, list[float]]] = {name: {k: [] for k in KS} for name in runners}
@@ -112,7 +118,7 @@ def print_table(result: dict[str, object], runs: int) -> None:
     assert isinstance(fits, dict)
     for name, fit in fits.items():
         print(
-            f"  {name:<10} per-iteration {fit['per_iteration_ms']:7.2f}"
+            f"  {name:<18} per-iteration {fit['per_iteration_ms']:7.2f}"
             f"   fixed {fit['fixed_ms']:7.1f}"
         )
 
@@ -125,7 +131,10 @@ async def main(args: argparse.Namespace) -> None:
             if args.baseline is not None
             else None
         )
-        async with hops_peer(model.base_url) as hops_executor:
+        async with (
+            hops_peer(model.base_url) as hops_executor,
+            persisting_sides(model.base_url) as persisting,
+        ):
             sides = open_sides(model, stack)
             baseline = (
                 open_sides(model, baseline_stack, with_langgraph=False)
@@ -136,7 +145,11 @@ async def main(args: argparse.Namespace) -> None:
                 if sides.langgraph is None:
                     print("LangGraph is not installed (the `bench` extra): its column is left out")
                 samples = await measure(
-                    sides, partial(run_over, hops_executor), runs, baseline=baseline
+                    sides,
+                    partial(run_over, hops_executor),
+                    runs,
+                    baseline=baseline,
+                    persisting=persisting,
                 )
             finally:
                 await sides.close()

@@ -12,6 +12,7 @@ import openai
 from bench.peers.langgraph_agent import langgraph_runner
 from bench.peers.loops import LLM_TIMEOUT_SECONDS, model_client_loop, openai_loop
 from bench.support.model_server import ModelProcess
+from bench.support.persisting_sides import PERSISTING_SIDES
 from shuttle.envelope import type_name
 from shuttle.events_client.follow import follow
 from shuttle.llm.openai_model import OpenAIModel
@@ -22,9 +23,13 @@ FOLLOW_RETRY_SECONDS = 30.0
 TENANT = "bench"
 
 
-def calls_per_run(k: int) -> int:
-    """K tool rounds, the answer, the streamed synthesis."""
-    return k + 2
+WITHOUT_SYNTHESIS = frozenset({"langgraph", *PERSISTING_SIDES})
+"""The agents of LangGraph and the Agents SDK end with the answer: no synthesis call."""
+
+
+def calls_per_run(k: int, side: str = "shuttle") -> int:
+    """K tool rounds, the answer, and for Shuttle and the bare loops the streamed synthesis."""
+    return k + 1 if side in WITHOUT_SYNTHESIS else k + 2
 
 
 def run_request(k: int) -> executor_pb2.StartRunRequest:
