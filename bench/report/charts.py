@@ -12,6 +12,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from .aims import REACT_BASELINES
+from .sides import CONCURRENCY_SIDES
 
 COLOURS = {
     "shuttle": "#1f6feb",
@@ -20,6 +21,9 @@ COLOURS = {
     "bare": "#8b949e",
     "client_loop": "#424a53",
     "langgraph": "#d29922",
+    "langgraph_sqlite": "#e3b341",
+    "langgraph_postgres": "#9a6700",
+    "agents_sqlite": "#bf3989",
     "gateway": "#1f6feb",
     "events": "#d29922",
     "executor": "#2da44e",
@@ -33,7 +37,14 @@ LABELS = {
     "bare": "bare openai loop",
     "client_loop": "bare loop, Shuttle's model client",
     "langgraph": "LangGraph",
+    "langgraph_sqlite": "LangGraph + SQLite checkpointer",
+    "langgraph_postgres": "LangGraph + Postgres checkpointer",
+    "agents_sqlite": "Agents SDK + SQLiteSession",
 }
+
+
+MANY_SIDES = 6
+"""More sides than this get a wider chart with its legend beside the plot."""
 
 
 def _save(figure: Figure, path: Path) -> Path:
@@ -68,6 +79,14 @@ def _grouped_bars(
     axes.grid(axis="y", alpha=0.3)
 
 
+def _legend(axes: Axes, sides: int) -> None:
+    """Inside the plot for a few sides; beside it for many, where it would cover the bars."""
+    if sides <= MANY_SIDES:
+        axes.legend(frameon=False)
+    else:
+        axes.legend(frameon=False, fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
 def _below_above(
     spreads: list[dict[str, float]], low: str, high: str
 ) -> tuple[list[float], list[float]]:
@@ -80,7 +99,7 @@ def _below_above(
 def react_overhead(figures: dict[str, Any], path: Path) -> Path:
     ks = [str(k) for k in figures["ks"]]
     per_iteration: dict[str, dict[str, dict[str, float]]] = figures["per_iteration_ms"]
-    figure = Figure(figsize=(7, 4))
+    figure = Figure(figsize=(7 if len(per_iteration) <= MANY_SIDES else 10, 4.5))
     axes = figure.add_subplot()
     series = {name: [by_k[k]["median"] for k in ks] for name, by_k in per_iteration.items()}
     errors = {
@@ -103,7 +122,7 @@ def react_overhead(figures: dict[str, Any], path: Path) -> Path:
         )
     else:
         axes.axhline(3.0, color="#cf222e", linestyle="--", linewidth=1, label="aim 3 ms")
-    axes.legend(frameon=False)
+    _legend(axes, len(series))
     axes.set_ylabel("ms per tool iteration (median, p25–p75)")
     axes.set_title("Per-iteration cost, zero-latency model")
     return _save(figure, path)
@@ -111,12 +130,10 @@ def react_overhead(figures: dict[str, Any], path: Path) -> Path:
 
 def react_concurrency(figures: dict[str, Any], path: Path) -> Path:
     rows: list[dict[str, Any]] = figures["rows"]
-    figure = Figure(figsize=(7, 4))
+    sides = [s for s in CONCURRENCY_SIDES if all(s in r for r in rows)]
+    figure = Figure(figsize=(7 if len(sides) <= MANY_SIDES else 10, 4.5))
     axes = figure.add_subplot()
-    groups = [f"{r['count']:,} runs, K = {r['k']}" for r in rows]
-    sides = [
-        s for s in ("shuttle", "shuttle_log", "bare", "client_loop") if all(s in r for r in rows)
-    ]
+    groups = [f"{r['count']:,} run{'s' if r['count'] != 1 else ''}, K = {r['k']}" for r in rows]
     series = {s: [r[s]["x_ideal"]["median"] for r in rows] for s in sides}
     errors = {s: _below_above([r[s]["x_ideal"] for r in rows], "low", "high") for s in sides}
     _grouped_bars(axes, groups, series, errors)
@@ -124,7 +141,7 @@ def react_concurrency(figures: dict[str, Any], path: Path) -> Path:
     axes.axhline(1.2, color="#cf222e", linestyle="--", linewidth=1, label="aim 1.2×")
     axes.set_ylabel("wall time ÷ ideal (median, min–max)")
     axes.set_title("Concurrent runs, 200 ms per model call")
-    axes.legend(frameon=False)
+    _legend(axes, len(sides))
     return _save(figure, path)
 
 

@@ -64,30 +64,39 @@ def react_overhead(ctx: Context) -> str:
 
 Shuttle runs as its real processes (events, tools, planner, executor, gateway; SQLite,
 in-process hot tier), so an iteration includes the executor's bookkeeping,
-`ToolService.Execute` over gRPC, and five events committed to the log. Each run is read until
-`STREAM_END` in one of two ways: over `ExecutorService.Run`, where the executor relays the log
-one event per message, or with `StartRun` and then the log read in batches straight from the
-events service (`EventService.StreamBatches`), as the gateway reads it. Runs ask for the
-STANDARD mode, since the peers have no router (left to the planner, routing is one more model
-call per run), and the completion checklist is switched off, so that every side makes the
-same model calls (K tool rounds, an answer, and for Shuttle and the bare loop a streamed
-synthesis; LangGraph's prebuilt agent makes no synthesis call). The bare loops and LangGraph
-(`create_react_agent` with `langchain-openai`) call the calculator in-process; one bare loop
-uses the `openai` client's `chat.completions.create`, the other the model client the
-executor calls the model with (`shuttle.llm`, on its default aiohttp transport), so that the
-difference between it and Shuttle is what the engine, the services and the log add to the
-model calls. A third peer, the same hops on bare grpc.aio (`bench/peers/hops.py`), runs that
-loop in a process of its own and makes Shuttle's calls across processes for each iteration:
-the tool call to a tool host, the run's events (as many and as large as Shuttle's, batched as
-its emitter batches them) over one AppendStream to a log that commits each batch to SQLite
-before answering, and the log read back and relayed over `Run`, with none of Shuttle's
-validation, idempotency, tenancy, leases, hooks, audit, tracing or metrics. The difference
-between it and the model-client loop is what the process layout costs by itself; the
-difference between Shuttle and it is what Shuttle's own code costs. All sides talk
-to one zero-latency scripted OpenAI-compatible server (a process of its own,
+`ToolService.Execute` over gRPC, and five events committed to the log. Each run is read
+until `STREAM_END` in one of two ways: over `ExecutorService.Run`, where the executor relays
+the log one event per message, or with `StartRun` and then the log read in batches straight
+from the events service (`EventService.StreamBatches`), as the gateway reads it. Runs ask
+for the STANDARD mode, since the peers have no router (left to the planner, routing is one
+more model call per run), and the completion checklist is switched off, so that every side
+makes the same model calls (K tool rounds, an answer, and for Shuttle and the bare loops a
+streamed synthesis; the agents of LangGraph and the Agents SDK make no synthesis call). The
+bare loops and LangGraph (`create_react_agent` with `langchain-openai`) call the calculator
+in-process; one bare loop uses the `openai` client's `chat.completions.create`, the other
+the model client the executor calls the model with (`shuttle.llm`, on its default aiohttp
+transport), so that the difference between it and Shuttle is what the engine, the services
+and the log add to the model calls. A third peer, the same hops on bare grpc.aio
+(`bench/peers/hops.py`), runs that loop in a process of its own and makes Shuttle's calls
+across processes for each iteration: the tool call to a tool host, the run's events (as many
+and as large as Shuttle's, batched as its emitter batches them) over one AppendStream to a
+log that commits each batch to SQLite before answering, and the log read back and relayed
+over `Run`, with none of Shuttle's validation, idempotency, tenancy, leases, hooks, audit,
+tracing or metrics. The difference between it and the model-client loop is what the process
+layout costs by itself; the difference between Shuttle and it is what Shuttle's own code
+costs. Three more peers save each run as it goes, as Shuttle commits each step to its log,
+each as its library documents it and each run a fresh thread or session: LangGraph's
+prebuilt agent with its SQLite checkpointer (`langgraph-checkpoint-sqlite`,
+`AsyncSqliteSaver` on a file) and with its PostgreSQL one (`langgraph-checkpoint-postgres`,
+`AsyncPostgresSaver` on the local PostgreSQL; one connection each), and the OpenAI Agents
+SDK's agent (`openai-agents`, `OpenAIChatCompletionsModel` on an `AsyncOpenAI` client,
+tracing off) with a `SQLiteSession` on a file (`bench/support/persisting_sides.py`). They
+run in the benchmark's process with the calculator in-process; beside LangGraph without a
+checkpointer, they show what saving each step costs those frameworks. All sides talk to one
+zero-latency scripted OpenAI-compatible server (a process of its own,
 `bench/support/model_server.py`); for each K the sides take turns run by run, so load from
-elsewhere falls on all of them alike. Figures are run time ÷ K:
-median (p25–p75) of {runs} runs.
+elsewhere falls on all of them alike. Figures are run time ÷ K: median (p25–p75) of {runs}
+runs.
 """
     if figures is None:
         return head + "\n" + missing("react_overhead")
@@ -122,7 +131,8 @@ following the log, the streamed synthesis, closing the log):
 
 What the `openai` bare loop and LangGraph spend per call grows with the conversation (the
 `openai` SDK's request transform walks every message; Shuttle's LLM layer encodes the body
-itself, see above), so their cost per iteration rises with K, while Shuttle's falls towards
+itself, see above; the persisting agents are built on the same SDK and add what they save),
+so their cost per iteration rises with K, while Shuttle's falls towards
 its marginal cost as its fixed part is spread over more iterations. Beside that SDK loop,
 then, what Shuttle adds shrinks with K for reasons that are not Shuttle's, which is why the
 aim is judged beside the loop on Shuttle's own model client: the same model calls and

@@ -10,7 +10,7 @@ from typing import Any
 from . import charts
 from .context import Context, missing
 from .markdown import number, table
-from .sides import PEER_LOOPS, SHUTTLE_SIDES, SIDES
+from .sides import CONCURRENCY_SIDES, SIDES
 
 
 def react_concurrency(ctx: Context) -> str:
@@ -20,14 +20,19 @@ def react_concurrency(ctx: Context) -> str:
     head = f"""## Concurrent runs against a slow model
 
 ```sh
-.venv/bin/python -m bench.suites.react_concurrency --counts 100 1000
+.venv/bin/python -m bench.suites.react_concurrency --counts 1 100 1000
 ```
 
 Every model call waits {latency_ms:.0f} ms before it answers, so a run of K tool rounds ideally
-takes (K + 2) × {latency_ms:.0f} ms however many run at once. All runs start together; wall is
-until the last one's `STREAM_END`. Shuttle is the five processes on the embedded defaults
-(SQLite, in-process hot tier), runs in the STANDARD mode as above, read both ways; the peers
-are the same conversation with a bare `openai` client and with Shuttle's own model client.
+takes (K + 2) × {latency_ms:.0f} ms however many run at once ((K + 1) × {latency_ms:.0f} ms
+for the agents of LangGraph and the Agents SDK, which make no synthesis call: each side is
+set against its own model calls). All runs start together; wall is until the last one's
+`STREAM_END`. Shuttle is the five processes on the embedded defaults (SQLite, in-process hot
+tier), runs in the STANDARD mode as above, read both ways; the peers are the same
+conversation with a bare `openai` client, with Shuttle's own model client, as LangGraph's
+prebuilt agent, and as the agents that save each run as it goes (LangGraph's with its SQLite
+and its PostgreSQL checkpointer, the Agents SDK's with a `SQLiteSession`; see above), all in
+the benchmark's process. One run alone is each side's floor.
 The executor calls the model through the same SDK on its aiohttp transport
 (`SHUTTLE_LLM_HTTP_CLIENT`, the default), as the second peer does; the bare `openai` client
 keeps the SDK's default, httpx, whose pool walks every open connection on each request and
@@ -41,7 +46,7 @@ runs: median (min–max) over {settings.get("repeats", "N")} trial(s); larger co
         return head + "\n" + missing("react_concurrency")
     rows = []
     for r in figures["rows"]:
-        for side in (*SHUTTLE_SIDES, *PEER_LOOPS):
+        for side in CONCURRENCY_SIDES:
             if side not in r:
                 continue
             s = r[side]
@@ -51,7 +56,7 @@ runs: median (min–max) over {settings.get("repeats", "N")} trial(s); larger co
                 [
                     f"{r['count']:,}",
                     str(r["k"]),
-                    number(r["ideal_s"], 2),
+                    number(s.get("ideal_s", r["ideal_s"]), 2),
                     SIDES[side],
                     f"{number(wall['median'], 2)} "
                     f"({number(wall['low'], 2)}–{number(wall['high'], 2)})",
@@ -86,7 +91,7 @@ def _busiest(rows: list[dict[str, Any]]) -> str:
     if row is None:
         return ""
     lines = []
-    for side in (*SHUTTLE_SIDES, *PEER_LOOPS):
+    for side in CONCURRENCY_SIDES:
         trial = row[side]["trials"][-1] if side in row else None
         if trial is None or "cpu_s" not in trial:
             continue
@@ -101,7 +106,8 @@ def _busiest(rows: list[dict[str, Any]]) -> str:
         return ""
     return (
         '\nCPU each process used during the last trial of 100 runs ("clients" is the '
-        "benchmark's own process, where either side's callers run):\n\n" + "\n".join(lines) + "\n"
+        "benchmark's own process, where every side's callers and the peers run; the PostgreSQL "
+        "server the Postgres checkpointer writes to is not counted):\n\n" + "\n".join(lines) + "\n"
     )
 
 
@@ -167,7 +173,7 @@ def _failures(rows: list[dict[str, Any]]) -> str:
     """What the failed runs said, so a failure count is never a bare number."""
     notes = []
     for r in rows:
-        for side in (*SHUTTLE_SIDES, *PEER_LOOPS):
+        for side in CONCURRENCY_SIDES:
             s = r.get(side)
             if not s or not s["failed"]:
                 continue
