@@ -5,8 +5,6 @@ the answer either."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any
 
 import pytest
@@ -19,6 +17,7 @@ from services.executor.runs import RunManager
 from shuttle.llm.openai_model import OpenAIModel
 from tests.executor.conftest import TENANT, Backends, first, of_type, types_of
 from tests.executor.test_takeover import LEASE_SECONDS, POLL_SECONDS
+from tests.executor.test_takeover_team import handed_over_mid_answer
 from tests.support.scripted_openai import text, tool_call
 from tests.support.team_model import TeamModel, TimedScriptedOpenAI, plan, verdict
 
@@ -137,19 +136,7 @@ async def test_a_run_taken_over_after_falling_back_stays_standard(
         return runs_on(dag, server, leasing=leasing)
 
     a, b = replica("replica-a"), replica("replica-b")
-    answering = threading.Event()
-    server.hold("synthesis", until=answering)
-    try:
-        workflow_id = await a.start(RunRequest(QUERY, TENANT))
-        await asyncio.to_thread(server.arrival("synthesis").wait, 60)
-        await a.shutdown()
-        b.start_takeovers()
-        await dag.first_event(workflow_id, lambda e: e["type"] == "ERROR_RECOVERY")
-        answering.set()
-        events = await dag.read_log(workflow_id)
-    finally:
-        answering.set()
-        await b.shutdown()
+    events = await handed_over_mid_answer(dag, server, a, b, RunRequest(QUERY, TENANT))
 
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert types_of(events)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]

@@ -55,6 +55,29 @@ def replica(dag: Backends, server: TimedScriptedOpenAI, owner: str) -> RunManage
     return dag.run_manager(llm, leasing=leasing)
 
 
+async def handed_over_mid_answer(
+    dag: Backends,
+    server: TimedScriptedOpenAI,
+    a: RunManager,
+    b: RunManager,
+    request: RunRequest,
+) -> list[dict[str, Any]]:
+    """The log of `request` started on `a`, handed over to `b` while its answer streamed."""
+    answering = threading.Event()
+    server.hold("synthesis", until=answering)
+    try:
+        workflow_id = await a.start(request)
+        await asyncio.to_thread(server.arrival("synthesis").wait, 60)
+        await a.shutdown()
+        b.start_takeovers()
+        await dag.first_event(workflow_id, lambda e: e["type"] == "ERROR_RECOVERY")
+        answering.set()
+        return await dag.read_log(workflow_id)
+    finally:
+        answering.set()
+        await b.shutdown()
+
+
 async def test_a_team_handed_over_mid_step_finishes_on_another_replica(
     dag: Backends, server: TimedScriptedOpenAI, team: TeamModel
 ) -> None:
@@ -95,19 +118,8 @@ async def test_a_team_handed_over_mid_answer_answers_again_from_the_start(
     dag: Backends, server: TimedScriptedOpenAI, team: TeamModel
 ) -> None:
     a, b = replica(dag, server, "replica-a"), replica(dag, server, "replica-b")
-    answering = threading.Event()
-    server.hold("synthesis", until=answering)
-    try:
-        workflow_id = await a.start(RunRequest("Compare A and B", TENANT, mode="COMPLEX"))
-        await asyncio.to_thread(server.arrival("synthesis").wait, 60)
-        await a.shutdown()
-        b.start_takeovers()
-        await dag.first_event(workflow_id, lambda e: e["type"] == "ERROR_RECOVERY")
-        answering.set()
-        events = await dag.read_log(workflow_id)
-    finally:
-        answering.set()
-        await b.shutdown()
+    request = RunRequest("Compare A and B", TENANT, mode="COMPLEX")
+    events = await handed_over_mid_answer(dag, server, a, b, request)
 
     assert types_of(events)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
     answer = [e for e in events if e["agent_id"] == "synthesizer" and e["type"] != "LLM_PROMPT"]
