@@ -166,3 +166,16 @@ async def test_a_team_synthesis_that_says_nothing_or_echoes_its_prompt_keeps_the
     done = first(events, "WORKFLOW_COMPLETED")["payload"]
     assert done["result"] == "A and B, from the review."
     assert first(events, "THREAD_MESSAGE_COMPLETED")["payload"]["content"] == done["result"]
+
+
+async def test_without_a_draft_an_echoed_team_synthesis_leaves_the_steps_results(
+    dag: Backends, server: TimedScriptedOpenAI, team: TeamModel
+) -> None:
+    team.plans = [plan(("s1", "Research A", []), ("s2", "Research B", []))]
+    team.steps.update(s1=[text("A is 1.")], s2=[text("B is 2.")])
+    team.verdicts = [verdict(True, 0.95, answer="")]
+    team.synthesis = TEAM_SYNTHESIS_PROMPT
+    events = await dag.run_to_end(runs_on(dag, server), QUERY, mode="COMPLEX")
+
+    result = first(events, "WORKFLOW_COMPLETED")["payload"]["result"]
+    assert result == "What the team's steps found:\n- Research A: A is 1.\n- Research B: B is 2."

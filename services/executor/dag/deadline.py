@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.executor.dag.state import TeamState
-from services.executor.dag.synthesis import SYNTHESIS_AGENT
+from services.executor.dag.synthesis import SYNTHESIS_AGENT, steps_found
 from services.executor.log.reporter import RunReporter
 
 
@@ -11,12 +11,11 @@ async def answer_team(reporter: RunReporter, state: TeamState) -> str:
     """A team stopped by the deadline answers with its draft, else its steps' results."""
     if state.answered:
         return state.answer
-    records = [*state.outcomes, *state.round_outcomes.values()]
-    found = [f"- {r.step.task}: {r.result}" for r in records if r.ran and not r.failed]
+    found = steps_found([*state.outcomes, *state.round_outcomes.values()])
     if state.draft.strip():
         answer = state.draft.strip()
     elif found:
-        answer = "The task ran out of time. What its steps found:\n" + "\n".join(found)
+        answer = f"The task ran out of time. What its steps found:\n{found}"
     else:
         answer = "The task ran out of time before any of its steps finished."
     await reporter.answer_completed(SYNTHESIS_AGENT, answer, 0)

@@ -19,7 +19,7 @@ from shuttle.usage import TokenUsage
 
 FELL_BACK = "fell_back"
 RESTATED_SHARE = 0.6
-"""A single step holding at least this share of the query's words restates the query."""
+"""A step holding at least this share of the query's words restates the query."""
 
 _WORD = re.compile(r"[^\W_]+")
 

@@ -64,10 +64,26 @@ def budget_team_answer(budget: int, outcomes: Sequence[StepRecord], draft: str) 
     return "\n".join(lines)
 
 
+def steps_found(records: Sequence[StepRecord]) -> str:
+    """What the steps that ran found, a line each (empty when none did)."""
+    found = [f"- {r.step.task}: {r.result}" for r in records if r.ran and not r.failed]
+    return "\n".join(found)
+
+
+def answer_without_synthesis(outcomes: Sequence[StepRecord], draft: str) -> str:
+    """What stands when the synthesis gives nothing usable: the review's draft, else the
+    steps' results."""
+    if draft.strip():
+        return draft
+    found = steps_found(outcomes)
+    return f"What the team's steps found:\n{found}" if found else ""
+
+
 async def stream_team_answer(
     llm: LLM, reporter: RunReporter, messages: list[dict[str, Any]], fallback: str
 ) -> tuple[str, TokenUsage]:
-    """The streamed answer and its usage; on a model failure, `fallback` (said on the log)."""
+    """The streamed answer and its usage. `fallback` stands instead when the model fails
+    (said on the log), says nothing or gives its prompt back."""
     await reporter.llm_prompt(
         SYNTHESIS_AGENT, prompt_payload(PromptSettings.of(llm), messages, "answer")
     )

@@ -22,6 +22,7 @@ from services.executor.dag.state import StepRecord, TeamSettings, TeamStage, Tea
 from services.executor.dag.steps import StepAgents, member_for
 from services.executor.dag.synthesis import (
     SYNTHESIS_AGENT,
+    answer_without_synthesis,
     budget_team_answer,
     stream_team_answer,
     team_synthesis_messages,
@@ -148,7 +149,10 @@ class TeamRun:
                     SYNTHESIS_AGENT, "Answer restarted", {"kind": ANSWER_RESTARTED}
                 )
             state.answer, usage = await stream_team_answer(
-                self._llm, self._reporter, messages, state.draft
+                self._llm,
+                self._reporter,
+                messages,
+                answer_without_synthesis(state.outcomes, state.draft),
             )
             state.own_usage += usage
         state.answered = True
