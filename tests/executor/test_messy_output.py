@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from services.executor.engine.json_actions import parse_action, text_tool_calls
-from services.executor.engine.progress import EMPTY_REPLY_PROMPT
-from services.executor.engine.synthesis import echoes_prompt
+from services.executor.engine.json_actions import system_prompt as json_system_prompt
+from services.executor.engine.modes import NATIVE_SYSTEM_PROMPT
+from services.executor.engine.progress import ECHOED_PROMPT, EMPTY_REPLY_PROMPT
+from services.executor.engine.synthesis import echoes_prompt, fallback_answer
 from services.executor.runs import RunManager
 from shuttle.llm.openai_model import OpenAIModel
 from tests.executor.conftest import Backends, first, of_type
@@ -120,6 +122,21 @@ async def test_an_empty_reply_gets_one_nudge_and_never_becomes_the_answer(
     events = await backends.run_to_end(manager(backends, server, silent, native), "2+2?")
     result = first(events, "WORKFLOW_COMPLETED")["payload"]["result"]
     assert result.strip() and "calculator" in result
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "json"])
+async def test_a_reply_that_gives_the_instructions_back_is_nudged_never_the_answer(
+    backends: Backends, server: ScriptedOpenAI, native: bool
+) -> None:
+    # Gemma 3 270M (base) answered with its system prompt.
+    echo = (NATIVE_SYSTEM_PROMPT if native else json_system_prompt([])).split("\n")[0]
+    script = AgentModel(answer(echo), answer(echo), synthesis="")
+    events = await backends.run_to_end(manager(backends, server, script, native), "2+2?")
+    kinds = [e["payload"].get("kind") for e in of_type(events, "STATUS_UPDATE")]
+    assert kinds.count("echoed_prompt") == 1
+    assert script.saw(2)[-1] == {"role": "user", "content": ECHOED_PROMPT}
+    result = first(events, "WORKFLOW_COMPLETED")["payload"]["result"]
+    assert result == fallback_answer([])
 
 
 async def test_a_synthesis_that_says_nothing_or_echoes_its_prompt_is_not_the_answer(

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from services.executor.engine.modes import NATIVE_SYSTEM_PROMPT
 from services.executor.engine.state import LoopState, Stage
 from shuttle.v1 import tools_pb2, tools_pb2_grpc
 from tests.executor.conftest import TENANT, Backends, agent_defaults, running_backends
@@ -238,10 +239,15 @@ async def test_a_run_that_ignores_three_cycle_warnings_loses_its_tools(
     assert "tools" not in last_call or not last_call["tools"]
 
 
-async def test_an_empty_reply_is_nudged(backends: Backends, server: ScriptedOpenAI) -> None:
+@pytest.mark.parametrize(
+    ("reply", "kind"), [("", "empty_reply"), (NATIVE_SYSTEM_PROMPT, "echoed_prompt")]
+)
+async def test_an_empty_or_echoed_reply_is_nudged(
+    backends: Backends, server: ScriptedOpenAI, reply: str, kind: str
+) -> None:
     run = live(backends, "native", **QUIET)
-    final = await run.run(server, AgentModel(raw(""), answer("4"), synthesis="Four."))
+    final = await run.run(server, AgentModel(raw(reply), answer("4"), synthesis="Four."))
     assert final.answer == "Four." and not final.nudged  # the nudge was heeded
     events = await assert_replays(run, final)
     kinds = [e.get("kind") for e in events if e.type == "STATUS_UPDATE"]
-    assert kinds.count("empty_reply") == 1
+    assert kinds.count(kind) == 1

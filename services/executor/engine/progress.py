@@ -10,7 +10,12 @@ from services.executor.engine.conversation import Conversation, Entry, context_n
 from services.executor.engine.modes import Decision, JsonMode, Mode, NativeMode
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import Injection, LoopState, RunContext, Stage
-from services.executor.engine.synthesis import ToolStep, budget_answer, fallback_answer
+from services.executor.engine.synthesis import (
+    ToolStep,
+    budget_answer,
+    echoes_prompt,
+    fallback_answer,
+)
 from services.executor.policies.budget import TokenBudget
 from services.executor.policies.checklist import CompletionChecklist
 from services.executor.policies.cycles import CycleDetector
@@ -27,6 +32,10 @@ TOOLS_WITHDRAWN_PROMPT = (
     "tools are available: answer now with what you have."
 )
 EMPTY_REPLY_PROMPT = "Your last reply was empty. Reply again: call a tool, or give your answer."
+ECHOED_PROMPT = (
+    "Your last reply repeated your instructions instead of answering. Reply again: call a "
+    "tool, or give your answer."
+)
 BREVITY_PROMPT = (
     "Your last reply was cut off at the output limit and was not used. Reply again, "
     "briefly: a single tool call, or the answer in a few sentences."
@@ -126,7 +135,10 @@ def settle(state: LoopState, decision: Decision) -> None:
     elif state.response.finish_reason == CUT_OFF:
         _cut_off(state)
     elif decision.empty:
-        _empty_reply(state)
+        _unusable_reply(state, "empty_reply", EMPTY_REPLY_PROMPT)
+    elif not decision.calls and echoes_prompt(decision.answer, instructions(state)):
+        # Small models give their system prompt back as the answer.
+        _unusable_reply(state, "echoed_prompt", ECHOED_PROMPT)
     elif state.tools_withdrawn and decision.calls:
         _answer(state, fallback_answer(state.steps))  # asked for the answer, it called again
     elif decision.parse_failed:
@@ -162,14 +174,23 @@ def _cut_off(state: LoopState) -> None:
     state.stage = Stage.INJECT
 
 
-def _empty_reply(state: LoopState) -> None:
-    """A reply with no call and no text is never the answer: one nudge, then the fallback."""
+def _unusable_reply(state: LoopState, kind: str, prompt: str) -> None:
+    """A reply with no call and nothing of its own to say (empty, or the instructions given
+    back) is never the answer: one nudge, then the fallback."""
     if state.nudged:
         _answer(state, fallback_answer(state.steps))
         return
     state.nudged = True
-    state.injections = [Injection("empty_reply", EMPTY_REPLY_PROMPT)]
+    state.injections = [Injection(kind, prompt)]
     state.stage = Stage.INJECT
+
+
+def instructions(state: LoopState) -> str:
+    """The agent's system prompt."""
+    entries = state.conversation.entries
+    if entries and entries[0].message.get("role") == "system":
+        return str(entries[0].message.get("content") or "")
+    return ""
 
 
 def act(state: LoopState, decision: Decision, interrupted: bool, max_iterations: int) -> None:

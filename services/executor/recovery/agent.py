@@ -34,6 +34,7 @@ INJECTED_KINDS = (
     "self_reflection",
     "brevity_request",
     "empty_reply",
+    "echoed_prompt",
     "tools_withdrawn",
 )
 """What a tool batch, or a reply cut off, calls for on its own (see progress)."""
