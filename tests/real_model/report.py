@@ -9,8 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
+from tests.real_model.conftest import LLM_TIMEOUT_SECONDS
 from tests.real_model.outcome import RESULTS_DIR
 from tests.real_model.tasks import TASKS
 
@@ -25,13 +28,16 @@ HEADER = (
 
 
 def table(directory: Path = RESULTS_DIR) -> str:
+    """The table, one row per task, then a line that sums the runs up."""
     lines = [HEADER]
+    rows: list[dict[str, Any]] = []
     for task in TASKS:
         path = directory / f"{task.name}.json"
         if not path.exists():
             lines.append(f"| {task.name} | {task.exercises} | not run | | | | | | | | |")
             continue
         row = json.loads(path.read_text())
+        rows.append(row)
         cells = [
             row["name"] + ("" if row["models"] == "discovered" else f" ({row['models']})"),
             row["exercises"],
@@ -46,7 +52,21 @@ def table(directory: Path = RESULTS_DIR) -> str:
             row["answer"].replace("|", "\\|"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + summary(rows)
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "No task has run yet."
+    ended = Counter(row["ended"] for row in rows)
+    seconds = [row["seconds"] for row in rows]
+    return (
+        f"{len(rows)} of {len(TASKS)} tasks ran, one after another, in {sum(seconds):.0f} s; "
+        + ", ".join(f"{count} ended {what}" for what, count in sorted(ended.items()))
+        + f". A run took {min(seconds):.0f} to {max(seconds):.0f} s; the longest model call "
+        f"{max(row['longest_call_seconds'] for row in rows):.0f} s of its "
+        f"{LLM_TIMEOUT_SECONDS:.0f} s bound."
+    )
 
 
 def write(rendered: str, doc: Path = DOC) -> None:
