@@ -83,15 +83,15 @@ class LeaseKeeper:
         return self._leasing.ttl_seconds / 3
 
     def start(self) -> None:
-        """Take the lease, then keep it: a refusal cancels the calling task (the run).
+        """Keep the lease: a refusal cancels the calling task (the run).
 
-        The run does not wait for the first grant: its workflow was just created leased to
-        us (or claimed by us), and a refusal cancels the run whenever it comes.
+        The first renewal comes a third of the lease from now, like every other: the run's
+        workflow was just created leased to us (or claimed by us), so the lease is fresh.
         """
         run = asyncio.current_task()
         assert run is not None
         self._run = run
-        self._start_renewal()
+        self._schedule(self._interval)
 
     async def stop(self) -> None:
         self._stopped = True
