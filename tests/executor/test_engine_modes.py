@@ -266,6 +266,10 @@ async def test_the_context_guard_compacts_and_keeps_the_query(
         assert phases.count("compact") == len(script.summary_calls)
     else:
         assert not summarised and script.summary_calls
+    # Each summary call is announced like any other model call, before it is made.
+    announced = [e for e in of_type(events, "LLM_PROMPT") if e["payload"]["phase"] == "compact"]
+    assert len(announced) == len(script.summary_calls)
+    assert all(e["payload"]["messages"] == 2 for e in announced)
     assert types_of(events)[-2:] == ["WORKFLOW_COMPLETED", "STREAM_END"]
 
 

@@ -33,6 +33,7 @@ from shuttle.llm.protocol import (
     ContextOverflowError,
     FallbackNotice,
     FeatureUnsupported,
+    Message,
 )
 from shuttle.llm.retry_events import fallback_event
 from shuttle.usage import TokenUsage
@@ -358,7 +359,9 @@ class _RunLoop:
             interrupted=state.interrupted,
         )
         guard = guard or self.guard
-        compaction = await guard.fit(state.conversation, self.schemas, situation)
+        compaction = await guard.fit(
+            state.conversation, self.schemas, situation, announce=self._summary_prompt
+        )
         if compaction is None:
             return
         if compaction.summary_call is not None:
@@ -372,6 +375,11 @@ class _RunLoop:
             compaction.tokens_before,
             compaction.tokens_after,
             compaction.entries,
+        )
+
+    async def _summary_prompt(self, messages: Sequence[Message]) -> None:
+        await self.reporter.llm_prompt(
+            self.ctx.agent_id, prompt_payload(self.prompt, messages, "compact")
         )
 
     async def _take_interrupts(self) -> bool:

@@ -8,7 +8,7 @@ enough, the oldest unpinned messages are dropped and long ones clipped instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from services.executor.engine.conversation import Conversation, Entry, Layout, layout
@@ -23,6 +23,9 @@ COMPACT_PROMPT = (
 )
 SUMMARY_PREFIX = "[Summary of earlier steps]\n"
 CLIPPED_CONTENT_CHARS = 2_000
+
+Announce = Callable[[Sequence[Message]], Awaitable[None]]
+"""Told the summary call's messages before it is made (the run logs its LLM_PROMPT)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,11 @@ class ContextGuard:
         self._tool_tokens = 0
 
     async def fit(
-        self, conversation: Conversation, tools: Sequence[ToolSchema], situation: Situation
+        self,
+        conversation: Conversation,
+        tools: Sequence[ToolSchema],
+        situation: Situation,
+        announce: Announce | None = None,
     ) -> Compaction | None:
         """Compact `conversation` in place when over budget; what was done, or None."""
         tool_tokens = self._tokens_of(tools)
@@ -82,7 +89,7 @@ class ContextGuard:
         head, middle, tail = self._split(conversation.entries)
         pinned = [e for e in middle if e.pinned]
         dropped = [e for e in middle if not e.pinned]
-        summary_call = await self._summarise(dropped, situation) if dropped else None
+        summary_call = await self._summarise(dropped, situation, announce) if dropped else None
         method = "truncate"
         entries = [*head, *pinned, *tail]
         if summary_call is not None and summary_call.content.strip():
@@ -115,12 +122,16 @@ class ContextGuard:
             tail_start -= 1
         return entries[:head_end], entries[head_end:tail_start], entries[tail_start:]
 
-    async def _summarise(self, dropped: list[Entry], situation: Situation) -> ChatResult | None:
+    async def _summarise(
+        self, dropped: list[Entry], situation: Situation, announce: Announce | None
+    ) -> ChatResult | None:
         transcript = "\n\n".join(_render(e.message) for e in dropped)
         messages: list[Message] = [
             {"role": "system", "content": f"{COMPACT_PROMPT}\n\n{compaction_hint(situation)}"},
             {"role": "user", "content": transcript},
         ]
+        if announce is not None:
+            await announce(messages)
         try:
             return await self._llm.chat(messages)
         except LLMError:
