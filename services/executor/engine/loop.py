@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from services.executor.engine import progress
 from services.executor.engine.answer import stream_answer
+from services.executor.engine.compaction import fit_context
 from services.executor.engine.selection import select_tools
 from services.executor.engine.settings import AgentSettings
 from services.executor.engine.state import Injection, LoopState, RunContext, Stage
@@ -23,7 +24,7 @@ from services.executor.engine.tool_runner import ToolRunner
 from services.executor.log.prompts import PromptSettings, prompt_payload
 from services.executor.log.reporter import RunReporter
 from services.executor.policies.budget import TokenBudget, spend
-from services.executor.policies.context_guard import ContextGuard, Situation
+from services.executor.policies.context_guard import ContextGuard
 from services.executor.policies.control import Checkpoints, RunControl, until_cancelled
 from services.executor.policies.interrupts import InterruptInbox
 from services.executor.ports import ToolDefinition, ToolPort, ToolSelector
@@ -33,7 +34,6 @@ from shuttle.llm.protocol import (
     ContextOverflowError,
     FallbackNotice,
     FeatureUnsupported,
-    Message,
 )
 from shuttle.llm.retry_events import fallback_event
 from shuttle.usage import TokenUsage
@@ -352,34 +352,14 @@ class _RunLoop:
         return ContextGuard(self.agent.llm, budget, self.agent.settings.compact_keep_recent)
 
     async def _fit_context(self, guard: ContextGuard | None = None) -> None:
-        state = self.state
-        situation = Situation(
-            json_mode=not state.native,
-            tool_calls=len(state.steps),
-            interrupted=state.interrupted,
-        )
-        guard = guard or self.guard
-        compaction = await guard.fit(
-            state.conversation, self.schemas, situation, announce=self._summary_prompt
-        )
-        if compaction is None:
-            return
-        if compaction.summary_call is not None:
-            await self.reporter.llm_output(self.ctx.agent_id, compaction.summary_call, "compact")
-            await self._account(compaction.summary_call.usage)
-        await self.reporter.compacted(
+        await fit_context(
+            guard or self.guard,
+            self.state,
+            self.schemas,
+            self.reporter,
             self.ctx.agent_id,
-            compaction.method,
-            compaction.original_messages,
-            compaction.kept_messages,
-            compaction.tokens_before,
-            compaction.tokens_after,
-            compaction.entries,
-        )
-
-    async def _summary_prompt(self, messages: Sequence[Message]) -> None:
-        await self.reporter.llm_prompt(
-            self.ctx.agent_id, prompt_payload(self.prompt, messages, "compact")
+            self.prompt,
+            self._account,
         )
 
     async def _take_interrupts(self) -> bool:
