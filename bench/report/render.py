@@ -17,6 +17,7 @@ from .aims import aims_table
 from .context import Context
 from .load import Results
 from .markdown import number
+from .short_run_aims import short_run_aims_table
 
 SECTIONS: tuple[Callable[[Context], str], ...] = (
     sections_engine.llm_overhead,
@@ -105,6 +106,14 @@ machine will differ; the columns relate to each other.
 ## Aims
 
 {aims_table(results)}
+
+### Short runs, beside in-process frameworks
+
+Ratios of medians measured side by side in one run (`react_overhead`, `end_to_end`,
+`react_concurrency`). Where an aim is missed, the last column gives the hops peer's figure:
+the same crossings between processes on bare grpc.aio, which no engine work can go below.
+
+{short_run_aims_table(results)}
 """
     body = "\n".join(section(ctx) for section in SECTIONS)
     tail = """

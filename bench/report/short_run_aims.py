@@ -1,0 +1,147 @@
+"""The aims for short runs: Shuttle beside the in-process frameworks and the bare loop, as
+ratios measured side by side in one run, and where one is missed, the floor that explains it.
+
+The floor is the hops peer (`bench/peers/hops.py`): the same crossings between processes as
+a Shuttle run (tool calls, Appends, the log relayed over Run) on bare grpc.aio servers.
+Whatever of a miss the hops peer already shows is the layout's cost, not the engine's.
+"""
+
+# ruff: noqa: RUF001  (the rendered markdown uses typographic multiplication and dashes)
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .load import Results
+from .markdown import number, table, verdict
+
+FIXED_MS_AIM = 5.0
+HOPS_RATIO_AIM = 1.15
+END_TO_END_RATIO_AIM = 2.0
+CONCURRENT_COUNTS = (100, 1000)
+
+
+@dataclass(frozen=True)
+class ShortRunJudgement:
+    aim: str
+    measured: str
+    met: bool | None
+    why: str = ""
+    """Where the aim is missed: how much of the miss the hops peer shows too."""
+
+
+def _medians(figures: dict[str, Any], side: str) -> dict[int, float]:
+    return {int(k): v["median"] for k, v in figures["per_iteration_ms"][side].items()}
+
+
+def _ratio(ours: float, theirs: float) -> str:
+    return f"{number(ours / theirs, 2)}×"
+
+
+def _per_iteration_against(peer: str, label: str) -> Callable[[Results], ShortRunJudgement]:
+    def judge(results: Results) -> ShortRunJudgement:
+        aim = f"per iteration, at every K, no more than {label}"
+        figures = results.figures("react_overhead")
+        if figures is None or peer not in figures["per_iteration_ms"]:
+            return ShortRunJudgement(aim, "—", None)
+        ours, theirs = _medians(figures, "shuttle"), _medians(figures, peer)
+        ks = sorted(ours)
+        measured = "; ".join(
+            f"K={k}: {number(ours[k], 2)} vs {number(theirs[k], 2)} ms "
+            f"({_ratio(ours[k], theirs[k])})"
+            for k in ks
+        )
+        missed = [k for k in ks if ours[k] > theirs[k]]
+        return ShortRunJudgement(aim, measured, not missed, _hops_floor(figures, missed, theirs))
+
+    return judge
+
+
+def _hops_floor(figures: dict[str, Any], ks: list[int], theirs: dict[int, float]) -> str:
+    if not ks or "hops" not in figures["per_iteration_ms"]:
+        return ""
+    hops = _medians(figures, "hops")
+    return "the hops peer alone: " + "; ".join(
+        f"K={k}: {number(hops[k], 2)} ms ({_ratio(hops[k], theirs[k])})" for k in ks
+    )
+
+
+def _fixed_per_run(results: Results) -> ShortRunJudgement:
+    aim = f"what every run pays once ≤ {number(FIXED_MS_AIM)} ms (fit of run time against K)"
+    figures = results.figures("react_overhead")
+    fit = figures.get("fit", {}) if figures else {}
+    if "shuttle" not in fit:
+        return ShortRunJudgement(aim, "—", None)
+    fixed = fit["shuttle"]["fixed_ms"]
+    met = fixed <= FIXED_MS_AIM
+    why = ""
+    if not met and "hops" in fit:
+        why = f"the hops peer pays {number(fit['hops']['fixed_ms'], 1)} ms once"
+    return ShortRunJudgement(aim, f"{number(fixed, 1)} ms", met, why)
+
+
+def _k50_against_hops(results: Results) -> ShortRunJudgement:
+    aim = f"at the largest K, per iteration ≤ {number(HOPS_RATIO_AIM, 2)}× the hops peer"
+    figures = results.figures("react_overhead")
+    if figures is None or "hops" not in figures["per_iteration_ms"]:
+        return ShortRunJudgement(aim, "—", None)
+    ours, hops = _medians(figures, "shuttle"), _medians(figures, "hops")
+    k = max(ours)
+    ratio = ours[k] / hops[k]
+    measured = (
+        f"K={k}: {number(ours[k], 2)} vs {number(hops[k], 2)} ms ({_ratio(ours[k], hops[k])})"
+    )
+    return ShortRunJudgement(aim, measured, ratio <= HOPS_RATIO_AIM)
+
+
+def _one_tool_task(results: Results) -> ShortRunJudgement:
+    aim = f"a one-tool task end to end ≤ {number(END_TO_END_RATIO_AIM)}× the bare loop (p50)"
+    figures = results.figures("end_to_end")
+    if figures is None:
+        return ShortRunJudgement(aim, "—", None)
+    ours, bare = figures["shuttle_ms"]["p50"], figures["bare_ms"]["p50"]
+    measured = f"{number(ours, 1)} vs {number(bare, 1)} ms ({_ratio(ours, bare)}), over the gateway"
+    return ShortRunJudgement(aim, measured, ours <= END_TO_END_RATIO_AIM * bare)
+
+
+def _concurrent_against_bare(results: Results) -> ShortRunJudgement:
+    counts = " and ".join(f"{c:,}" for c in CONCURRENT_COUNTS)
+    aim = f"at {counts} concurrent runs, no more × ideal than the bare loop"
+    figures = results.figures("react_concurrency")
+    rows = {r["count"]: r for r in figures["rows"]} if figures else {}
+    measured_rows = [rows[c] for c in CONCURRENT_COUNTS if c in rows and "bare" in rows[c]]
+    if not measured_rows:
+        return ShortRunJudgement(aim, "—", None)
+    parts, missed = [], False
+    for row in measured_rows:
+        ours = row["shuttle"]["x_ideal"]["median"]
+        bare = row["bare"]["x_ideal"]["median"]
+        parts.append(f"{row['count']:,}: {number(ours, 2)}× vs {number(bare, 2)}×")
+        missed = missed or ours > bare or row["shuttle"]["failed"] > 0
+    unmeasured = [c for c in CONCURRENT_COUNTS if c not in rows]
+    if unmeasured:
+        parts.append("not run at " + ", ".join(f"{c:,}" for c in unmeasured))
+    met = False if missed else (None if unmeasured else True)
+    return ShortRunJudgement(aim, "; ".join(parts), met)
+
+
+JUDGES: tuple[Callable[[Results], ShortRunJudgement], ...] = (
+    _per_iteration_against("langgraph_sqlite", "LangGraph's agent with its SQLite checkpointer"),
+    _per_iteration_against("bare", "the bare `openai` loop"),
+    _one_tool_task,
+    _fixed_per_run,
+    _concurrent_against_bare,
+    _k50_against_hops,
+)
+
+
+def judge(results: Results) -> list[ShortRunJudgement]:
+    return [each(results) for each in JUDGES]
+
+
+def short_run_aims_table(results: Results) -> str:
+    rows = [[j.aim, j.measured, verdict(j.met), j.why or "—"] for j in judge(results)]
+    headers = ["aim", "measured in this run", "verdict", "where missed, the floor"]
+    return table(headers, rows, "llll")
