@@ -145,6 +145,10 @@ def test_a_final_answer_parses_back_as_text(
         st.sampled_from(["tool_name", "tool_args", "answer", "reasoning"]), json_values
     ),
 )
+# An object nested in a value is not read as an action of its own.
+@example(kind="tool_call", fields={"tool_name": {"answer": None}})
+# With no type, a call without usable arguments may still be an answer.
+@example(kind=None, fields={"tool_name": "x", "tool_args": 0, "answer": "a"})
 def test_objects_missing_what_their_type_needs_are_not_actions(
     kind: Any, fields: dict[str, Any]
 ) -> None:

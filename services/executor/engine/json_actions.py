@@ -72,19 +72,23 @@ def json_objects(text: str) -> Iterator[dict[str, Any]]:
     """The JSON objects in `text`, in order (code fences and prose around them are ignored).
 
     The standard decoder's `raw_decode` does the parsing; this only tries each `{` in turn.
+    An object's own members are not offered again: an object nested in a value (a tool name
+    that is an object, say) is part of what its model wrote, not an action of its own.
     """
     start = text.find("{")
     for _ in range(MAX_CANDIDATES):
         if start == -1:
             return
+        after = start + 1
         try:
-            value, _ = _decoder.raw_decode(text, start)
+            value, end = _decoder.raw_decode(text, start)
         except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
             pass
         else:
             if isinstance(value, dict):
                 yield value
-        start = text.find("{", start + 1)
+                after = end
+        start = text.find("{", after)
 
 
 def extract_json_object(text: str) -> dict[str, Any] | None:
@@ -139,10 +143,11 @@ def _action_of(data: dict[str, Any]) -> JsonAction | None:
     name = data.get("tool_name")
     if kind in ("tool_call", None) and isinstance(name, str) and name:
         args = _arguments(data, "tool_args", "arguments")
-        if args is None:
-            return None  # tools take an object of named arguments
-        arguments_json = json_text(args)  # a lone surrogate escaped, as native calls bring it
-        return JsonAction("tool_call", reasoning, name, arguments_json)
+        # Tools take an object of named arguments: without one this is no call (an object
+        # with no type may still be an answer).
+        if args is not None:
+            arguments_json = json_text(args)  # a lone surrogate escaped, as native calls do
+            return JsonAction("tool_call", reasoning, name, arguments_json)
     if kind in ("final_answer", None) and "answer" in data:
         answer = data["answer"]
         text_answer = answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
