@@ -16,6 +16,8 @@ class Judgement:
     aim: str
     measured: str
     met: bool | None
+    why: str = ""
+    """Where the aim is missed, what explains it (the short-run aims give the hops floor)."""
 
 
 def _events_throughput(results: Results) -> Judgement:

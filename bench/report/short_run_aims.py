@@ -11,9 +11,9 @@ Whatever of a miss the hops peer already shows is the layout's cost, not the eng
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from .aims import Judgement
 from .load import Results
 from .markdown import number, table, verdict
 
@@ -21,15 +21,6 @@ FIXED_MS_AIM = 5.0
 HOPS_RATIO_AIM = 1.15
 END_TO_END_RATIO_AIM = 2.0
 CONCURRENT_COUNTS = (100, 1000)
-
-
-@dataclass(frozen=True)
-class ShortRunJudgement:
-    aim: str
-    measured: str
-    met: bool | None
-    why: str = ""
-    """Where the aim is missed: how much of the miss the hops peer shows too."""
 
 
 def _medians(figures: dict[str, Any], side: str) -> dict[int, float]:
@@ -40,12 +31,12 @@ def _ratio(ours: float, theirs: float) -> str:
     return f"{number(ours / theirs, 2)}×"
 
 
-def _per_iteration_against(peer: str, label: str) -> Callable[[Results], ShortRunJudgement]:
-    def judge(results: Results) -> ShortRunJudgement:
+def _per_iteration_against(peer: str, label: str) -> Callable[[Results], Judgement]:
+    def judge(results: Results) -> Judgement:
         aim = f"per iteration, at every K, no more than {label}"
         figures = results.figures("react_overhead")
         if figures is None or peer not in figures["per_iteration_ms"]:
-            return ShortRunJudgement(aim, "—", None)
+            return Judgement(aim, "—", None)
         ours, theirs = _medians(figures, "shuttle"), _medians(figures, peer)
         ks = sorted(ours)
         measured = "; ".join(
@@ -54,7 +45,7 @@ def _per_iteration_against(peer: str, label: str) -> Callable[[Results], ShortRu
             for k in ks
         )
         missed = [k for k in ks if ours[k] > theirs[k]]
-        return ShortRunJudgement(aim, measured, not missed, _hops_floor(figures, missed, theirs))
+        return Judgement(aim, measured, not missed, _hops_floor(figures, missed, theirs))
 
     return judge
 
@@ -68,52 +59,52 @@ def _hops_floor(figures: dict[str, Any], ks: list[int], theirs: dict[int, float]
     )
 
 
-def _fixed_per_run(results: Results) -> ShortRunJudgement:
+def _fixed_per_run(results: Results) -> Judgement:
     aim = f"what every run pays once ≤ {number(FIXED_MS_AIM)} ms (fit of run time against K)"
     figures = results.figures("react_overhead")
     fit = figures.get("fit", {}) if figures else {}
     if "shuttle" not in fit:
-        return ShortRunJudgement(aim, "—", None)
+        return Judgement(aim, "—", None)
     fixed = fit["shuttle"]["fixed_ms"]
     met = fixed <= FIXED_MS_AIM
     why = ""
     if not met and "hops" in fit:
         why = f"the hops peer pays {number(fit['hops']['fixed_ms'], 1)} ms once"
-    return ShortRunJudgement(aim, f"{number(fixed, 1)} ms", met, why)
+    return Judgement(aim, f"{number(fixed, 1)} ms", met, why)
 
 
-def _k50_against_hops(results: Results) -> ShortRunJudgement:
+def _k50_against_hops(results: Results) -> Judgement:
     aim = f"at the largest K, per iteration ≤ {number(HOPS_RATIO_AIM, 2)}× the hops peer"
     figures = results.figures("react_overhead")
     if figures is None or "hops" not in figures["per_iteration_ms"]:
-        return ShortRunJudgement(aim, "—", None)
+        return Judgement(aim, "—", None)
     ours, hops = _medians(figures, "shuttle"), _medians(figures, "hops")
     k = max(ours)
     ratio = ours[k] / hops[k]
     measured = (
         f"K={k}: {number(ours[k], 2)} vs {number(hops[k], 2)} ms ({_ratio(ours[k], hops[k])})"
     )
-    return ShortRunJudgement(aim, measured, ratio <= HOPS_RATIO_AIM)
+    return Judgement(aim, measured, ratio <= HOPS_RATIO_AIM)
 
 
-def _one_tool_task(results: Results) -> ShortRunJudgement:
+def _one_tool_task(results: Results) -> Judgement:
     aim = f"a one-tool task end to end ≤ {number(END_TO_END_RATIO_AIM)}× the bare loop (p50)"
     figures = results.figures("end_to_end")
     if figures is None:
-        return ShortRunJudgement(aim, "—", None)
+        return Judgement(aim, "—", None)
     ours, bare = figures["shuttle_ms"]["p50"], figures["bare_ms"]["p50"]
     measured = f"{number(ours, 1)} vs {number(bare, 1)} ms ({_ratio(ours, bare)}), over the gateway"
-    return ShortRunJudgement(aim, measured, ours <= END_TO_END_RATIO_AIM * bare)
+    return Judgement(aim, measured, ours <= END_TO_END_RATIO_AIM * bare)
 
 
-def _concurrent_against_bare(results: Results) -> ShortRunJudgement:
+def _concurrent_against_bare(results: Results) -> Judgement:
     counts = " and ".join(f"{c:,}" for c in CONCURRENT_COUNTS)
     aim = f"at {counts} concurrent runs, no more × ideal than the bare loop"
     figures = results.figures("react_concurrency")
     rows = {r["count"]: r for r in figures["rows"]} if figures else {}
     measured_rows = [rows[c] for c in CONCURRENT_COUNTS if c in rows and "bare" in rows[c]]
     if not measured_rows:
-        return ShortRunJudgement(aim, "—", None)
+        return Judgement(aim, "—", None)
     parts, missed = [], False
     for row in measured_rows:
         ours = row["shuttle"]["x_ideal"]["median"]
@@ -124,10 +115,10 @@ def _concurrent_against_bare(results: Results) -> ShortRunJudgement:
     if unmeasured:
         parts.append("not run at " + ", ".join(f"{c:,}" for c in unmeasured))
     met = False if missed else (None if unmeasured else True)
-    return ShortRunJudgement(aim, "; ".join(parts), met)
+    return Judgement(aim, "; ".join(parts), met)
 
 
-JUDGES: tuple[Callable[[Results], ShortRunJudgement], ...] = (
+JUDGES: tuple[Callable[[Results], Judgement], ...] = (
     _per_iteration_against("langgraph_sqlite", "LangGraph's agent with its SQLite checkpointer"),
     _per_iteration_against("bare", "the bare `openai` loop"),
     _one_tool_task,
@@ -137,7 +128,7 @@ JUDGES: tuple[Callable[[Results], ShortRunJudgement], ...] = (
 )
 
 
-def judge(results: Results) -> list[ShortRunJudgement]:
+def judge(results: Results) -> list[Judgement]:
     return [each(results) for each in JUDGES]
 
 
