@@ -16,10 +16,11 @@ Appends, the log relayed over Run) on bare grpc.aio servers: the layout's own co
 Each K is measured on every side in turn, round after round, so that noise from the machine
 falls on all sides alike. With `--baseline DIR`, the five processes of another checkout
 (its stubs generated) run too, as the side `baseline`: a change on the hot path measured
-before and after in one run, beside the hops peer.
+before and after in one run, beside the hops peer. Given more than once, each checkout is a
+side of its own, named `baseline:<its folder>` (before, after, and a tree without a part).
 
     .venv/bin/python -m bench.suites.react_overhead [--runs 10] [--quick] [--json PATH]
-        [--baseline DIR]
+        [--baseline DIR ...]
 """
 
 from __future__ import annotations
@@ -62,26 +63,29 @@ async def measure(
     sides: Sides,
     hops: Runner,
     runs: int,
-    baseline: Sides | None = None,
+    baselines: dict[str, Sides] | None = None,
     persisting: dict[str, Runner] | None = None,
 ) -> dict[str, dict[int, list[float]]]:
     """Seconds per run, by side and K."""
     runners = side_runners(sides, hops, persisting)
-    if baseline is not None:
-        runners = {"baseline": baseline.shuttle, **runners}
+    checkouts = baselines or {}
+    runners = {name: other.shuttle for name, other in checkouts.items()} | runners
     samples: dict[str, dict[int, list[float]]] = {name: {k: [] for k in KS} for name in runners}
     for once in runners.values():
         await once(2)  # warm-up: connections, imports, caches
     for k in KS:
         for round_number in range(runs):
-            order = list(runners.items())
-            if baseline is not None and round_number % 2:
-                # Whichever side goes first after the others runs on a slightly different
-                # machine: the two checkouts take that place in turn.
-                order[0], order[1] = order[1], order[0]
-            for name, once in order:
-                samples[name][k].append(await timed(partial(once, k)))
+            for name in round_order(list(runners), [*checkouts, "shuttle"], round_number):
+                samples[name][k].append(await timed(partial(runners[name], k)))
     return samples
+
+
+def round_order(sides: list[str], compared: list[str], round_number: int) -> list[str]:
+    """The sides in the order a round runs them: whichever goes first after the others runs
+    on a slightly different machine, so the checkouts compared (`compared`, at the head of
+    `sides`) take that place in turn; the other sides follow in their own order."""
+    shift = round_number % len(compared)
+    return compared[shift:] + compared[:shift] + [s for s in sides if s not in compared]
 
 
 def figures(samples: dict[str, dict[int, list[float]]]) -> dict[str, object]:
@@ -125,22 +129,21 @@ def print_table(result: dict[str, object], runs: int) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     runs = sized(args.runs, args.quick, full=10, small=3)
+    names = baseline_names(args.baseline or [])
     with scripted_stack() as (model, stack), contextlib.ExitStack() as other:
-        baseline_stack = (
-            other.enter_context(running_stack(checkout_env(args.baseline), model.base_url))
-            if args.baseline is not None
-            else None
-        )
+        baseline_stacks = {
+            name: other.enter_context(running_stack(checkout_env(checkout), model.base_url))
+            for name, checkout in names.items()
+        }
         async with (
             hops_peer(model.base_url) as hops_executor,
             persisting_sides(model.base_url) as persisting,
         ):
             sides = open_sides(model, stack)
-            baseline = (
-                open_sides(model, baseline_stack, with_langgraph=False)
-                if baseline_stack is not None
-                else None
-            )
+            baselines = {
+                name: open_sides(model, running, with_langgraph=False)
+                for name, running in baseline_stacks.items()
+            }
             try:
                 if sides.langgraph is None:
                     print("LangGraph is not installed (the `bench` extra): its column is left out")
@@ -148,16 +151,26 @@ async def main(args: argparse.Namespace) -> None:
                     sides,
                     partial(run_over, hops_executor),
                     runs,
-                    baseline=baseline,
+                    baselines=baselines,
                     persisting=persisting,
                 )
             finally:
                 await sides.close()
-                if baseline is not None:
+                for baseline in baselines.values():
                     await baseline.close()
     result = figures(samples)
     print_table(result, runs)
     save(args.json, "react_overhead", {"runs": runs, "ks": list(KS)}, result)
+
+
+def baseline_names(checkouts: list[Path]) -> dict[str, Path]:
+    """Each checkout by its side's name: `baseline` alone, else `baseline:<folder>`."""
+    if len(checkouts) == 1:
+        return {"baseline": checkouts[0]}
+    names = {f"baseline:{checkout.resolve().name}": checkout for checkout in checkouts}
+    if len(names) < len(checkouts):
+        raise SystemExit("--baseline: give checkouts in folders of different names")
+    return names
 
 
 def checkout_env(checkout: Path) -> dict[str, str]:
@@ -174,7 +187,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, help="runs per side and K (default 10, quick 3)")
     parser.add_argument(
-        "--baseline", type=Path, help="another checkout whose processes run as a side too"
+        "--baseline",
+        type=Path,
+        action="append",
+        help="another checkout whose processes run as a side too (repeatable)",
     )
     add_common_arguments(parser)
     asyncio.run(main(parser.parse_args()))
