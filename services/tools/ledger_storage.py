@@ -37,7 +37,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql.dml import UpdateBase
 
 from services.tools.db import create_schema
-from services.tools.ledger import CallLedger, execute_statement
+from services.tools.ledger import AutocommitStatements, CallLedger, execute_statement
 from shuttle.db import create_engine, sqlite_path, sqlite_sync_engine
 from shuttle.grpc_server import Cleanup
 from shuttle.sql_transactions import WriteTransactions, engine_url, writes_for
@@ -64,7 +64,9 @@ async def open_ledger(engine: AsyncEngine, writes: WriteTransactions) -> tuple[C
     transactions), and what closes what was opened for it."""
     url = ledger_url(engine_url(engine))
     if url == engine_url(engine):
-        return CallLedger(engine, writes), _nothing
+        if engine.dialect.name == "sqlite":  # in memory: one connection, in its transactions
+            return CallLedger(engine, writes), _nothing
+        return CallLedger(engine, writes, AutocommitStatements(engine)), _nothing
     own_engine = create_engine(url)
     await create_schema(own_engine)
     own_writes = writes_for(own_engine)
