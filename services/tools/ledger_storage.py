@@ -8,27 +8,22 @@ the ledger records it, so in one file each waited for the other, a millisecond o
 (SQLite's busy wait sleeps), which cost a run's iteration 1.2 ms more than in a file of its
 own (`python -m bench.suites.react_overhead`).
 
-There, the statements run right on the event loop's thread while the file is free. Sent to
-a writer thread, each cost two thread switches, and on a busy two-core host the wait for a
-core at each switch was most of its time (0.8 ms and 1.0 ms at the median inside a running
-stack, against 0.1 ms in place). In place it never waits: the connection's busy timeout is
-zero, so a file another writer holds (another replica, the purge) fails the statement at
-once and it goes to the writer thread, which waits its turn; nor does it checkpoint the
-write-ahead log (which syncs the file) on the loop: every `CHECKPOINT_EVERY` statements a
-thread of the default executor does.
+There, the statements run right on the event loop's thread while the file is free
+(shuttle/sqlite_in_place.py says why and how): sent to a writer thread, each cost 0.8 to
+1.0 ms at the median inside a running stack, against 0.1 ms in place. A file another writer
+holds (another replica, the purge) sends the statement to the writer thread, which waits
+its turn, and a worker thread checkpoints the log.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
@@ -38,11 +33,10 @@ from sqlalchemy.sql.dml import UpdateBase
 
 from services.tools.db import create_schema
 from services.tools.ledger import AutocommitStatements, CallLedger, execute_statement
-from shuttle.db import create_engine, sqlite_path, sqlite_sync_engine
+from shuttle.db import create_engine, sqlite_path
 from shuttle.grpc_server import Cleanup
 from shuttle.sql_transactions import WriteTransactions, engine_url, writes_for
-
-log = logging.getLogger(__name__)
+from shuttle.sqlite_in_place import Checkpoints, locked, never_waiting_engine
 
 LEDGER_FILE_SUFFIX = "-tool-ledger"
 # Statements written in place between two checkpoints: about 4 MiB of log at 1 page each.
@@ -84,10 +78,6 @@ async def _nothing() -> None:
     return None
 
 
-def _locked(error: sqlite3.OperationalError) -> bool:
-    return "database is locked" in str(error) or "database is busy" in str(error)
-
-
 @dataclass(frozen=True)
 class _Compiled:
     """A statement as SQLite text with named parameters, and each parameter's conversion."""
@@ -116,14 +106,11 @@ class InPlaceStatements:
         self, url: str, fallback: WriteTransactions, checkpoint_every: int = CHECKPOINT_EVERY
     ) -> None:
         self._fallback = fallback
-        self._checkpoint_every = checkpoint_every
-        self._engine: Engine = sqlite_sync_engine(url)
-        event.listen(self._engine, "connect", _never_wait)
+        self._engine: Engine = never_waiting_engine(url)
+        self._checkpoints = Checkpoints(self._engine, checkpoint_every)
         self._dialect = sqlite.dialect(paramstyle="named")
         self._compiled: dict[tuple[UpdateBase, frozenset[str]], _Compiled] = {}
         self._raw: PoolProxiedConnection | None = None
-        self._written = 0
-        self._checkpoint: asyncio.Task[None] | None = None
 
     async def execute(self, statement: UpdateBase, parameters: dict[str, Any]) -> int:
         """Rows the statement touched."""
@@ -136,14 +123,10 @@ class InPlaceStatements:
             connection.commit()
         except sqlite3.Error as exc:
             connection.rollback()
-            if isinstance(exc, sqlite3.OperationalError) and _locked(exc):
+            if locked(exc):
                 return await self._fallback.write(execute_statement, statement, parameters)
             raise DBAPIError.instance(compiled.sql, parameters, exc, sqlite3.Error) from exc
-        self._written += 1
-        if self._written >= self._checkpoint_every and self._checkpoint is None:
-            self._written = 0
-            self._checkpoint = asyncio.create_task(asyncio.to_thread(self._checkpoint_log))
-            self._checkpoint.add_done_callback(self._checkpointed)
+        self._checkpoints.written()
         return touched
 
     def _compile(self, statement: UpdateBase, parameters: dict[str, Any]) -> _Compiled:
@@ -158,29 +141,9 @@ class InPlaceStatements:
             compiled = self._compiled[key] = _Compiled(str(sql), conversions)
         return compiled
 
-    def _checkpoint_log(self) -> None:
-        with self._engine.connect() as conn:
-            conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
-
-    def _checkpointed(self, task: asyncio.Task[None]) -> None:
-        self._checkpoint = None
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("checkpointing the tool ledger failed", exc_info=task.exception())
-
     async def close(self) -> None:
-        if self._checkpoint is not None:
-            await asyncio.wait([self._checkpoint])
+        await self._checkpoints.close()
         if self._raw is not None:
             self._raw.close()
             self._raw = None
         self._engine.dispose()
-
-
-def _never_wait(dbapi_connection: object, _record: object) -> None:
-    # After shuttle.db's own tuning (listeners run in order): no busy wait, no checkpoint.
-    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
-    try:
-        cursor.execute("PRAGMA busy_timeout=0")
-        cursor.execute("PRAGMA wal_autocheckpoint=0")
-    finally:
-        cursor.close()

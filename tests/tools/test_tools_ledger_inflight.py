@@ -156,8 +156,9 @@ async def test_in_place_statements_checkpoint_the_log_on_a_worker_thread(tmp_pat
     writes = writes_for(engine)
     in_place = InPlaceStatements(url, writes, checkpoint_every=3)
     ledger = CallLedger(engine, writes, in_place)
-    # Open throughout, so no connection's closing checkpoints the log in its stead.
+    # Open (and reading) throughout, so no connection's closing checkpoints the log.
     reader = sqlite3.connect(tmp_path / "ledger.db")
+    reader.execute("SELECT count(*) FROM tool_ledger").fetchone()
     try:
         for n in range(10):
             call = ToolCall(tool_name="calculator", workflow_id=WORKFLOW, call_id=f"cp-{n}")
