@@ -41,7 +41,8 @@ async def stored_seqs(engine: AsyncEngine, workflow_id: str) -> list[int]:
 
 def count_commits(store: SqlEventStore) -> list[int]:
     commits: list[int] = []
-    sa_event.listen(store.append_engine, "commit", lambda _conn: commits.append(1))
+    for engine in store.append_engines:
+        sa_event.listen(engine, "commit", lambda _conn: commits.append(1))
     return commits
 
 

@@ -1,10 +1,12 @@
-"""On SQLite every write transaction (appends, new workflows, leases, deletions) runs whole
-on the store's writer thread: one hand-off from the event loop however many statements it
-holds, and no two writers of this process ever meet a locked database."""
+"""On SQLite every write transaction runs whole in one place, and no two writers of this
+process ever meet a locked database: small ones (a few appended events, a new workflow)
+right on the event loop's thread while the file is free, the rest (large groups, leases,
+deletions, and a small one that found the file held) on the store's writer thread."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.events.errors import FailedPrecondition
 from services.events.leases import LeaseStore
 from services.events.migrate import migrate
-from services.events.store import SqlEventStore
+from services.events.store import IN_PLACE_MAX_EVENTS, SqlEventStore
 from shuttle.db import create_engine
 
 from .helpers import new, progress
@@ -45,23 +47,54 @@ def record_statements(store: SqlEventStore, engine: AsyncEngine) -> list[tuple[s
     def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         statements.append((statement.split()[0], threading.current_thread().name))
 
-    sa_event.listen(store.append_engine, "before_cursor_execute", record)
+    for append_engine in store.append_engines:
+        sa_event.listen(append_engine, "before_cursor_execute", record)
     sa_event.listen(engine.sync_engine, "before_cursor_execute", record)
     return statements
 
 
-async def test_an_append_runs_every_statement_on_the_writer_thread(
+async def test_a_small_append_runs_every_statement_on_the_loops_thread(
     sqlite_store: SqlEventStore, sqlite_engine: AsyncEngine
 ) -> None:
     statements = record_statements(sqlite_store, sqlite_engine)
+    loop_thread = threading.current_thread().name
     appended = await sqlite_store.append("wf-1", "t1", progress(3), producer_id="p", batch_seq=1)
     assert appended.seqs == [1, 2, 3]
-    # The counter bump, then the appends record and the events, all on the writer thread.
-    assert [verb for verb, _ in statements] == ["UPDATE", "INSERT", "INSERT"]
-    assert all(thread.startswith("sqlite-writer") for _, thread in statements)
+    # The counter bump, then the appends record and the events, all in place.
+    assert statements == [("UPDATE", loop_thread), ("INSERT", loop_thread), ("INSERT", loop_thread)]
     repeat = await sqlite_store.append("wf-1", "t1", progress(3), producer_id="p", batch_seq=1)
     assert repeat.seqs == [1, 2, 3]
     assert repeat.events == []
+
+
+async def test_a_large_append_runs_on_the_writer_thread(
+    sqlite_store: SqlEventStore, sqlite_engine: AsyncEngine
+) -> None:
+    statements = record_statements(sqlite_store, sqlite_engine)
+    appended = await sqlite_store.append("wf-1", "t1", progress(IN_PLACE_MAX_EVENTS + 1))
+    assert appended.seqs == list(range(1, IN_PLACE_MAX_EVENTS + 2))
+    assert [verb for verb, _ in statements] == ["UPDATE", "INSERT"]
+    assert all(thread.startswith("sqlite-writer") for _, thread in statements)
+
+
+async def test_a_small_append_finding_the_file_held_waits_on_the_writer_thread(
+    sqlite_store: SqlEventStore, sqlite_engine: AsyncEngine
+) -> None:
+    statements = record_statements(sqlite_store, sqlite_engine)
+    # Another process's write transaction (the tools service shares the file). In place,
+    # waiting for it would block the loop and this test for good.
+    holder = sqlite3.connect(sqlite_engine.url.database or "", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        pending = asyncio.ensure_future(sqlite_store.append("wf-1", "t1", progress(2)))
+        await asyncio.sleep(0.3)
+        assert not pending.done()  # waiting its turn on the writer thread, not failing
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+    assert (await pending).seqs == [1, 2]
+    assert statements[-2:] == [("UPDATE", "sqlite-writer_0"), ("INSERT", "sqlite-writer_0")]
+    assert (await sqlite_store.get_workflow("wf-1", "t1")).last_seq == 2
 
 
 async def test_appends_and_lease_writes_on_the_same_file_interleave(
@@ -77,17 +110,20 @@ async def test_appends_and_lease_writes_on_the_same_file_interleave(
     assert (await sqlite_store.get_workflow("wf-1", "t1")).last_seq == 20
 
 
-async def test_new_workflows_leases_and_deletions_write_on_the_writer_thread(
+async def test_new_workflows_in_place_leases_and_deletions_on_the_writer_thread(
     sqlite_store: SqlEventStore, sqlite_engine: AsyncEngine
 ) -> None:
     leases = LeaseStore(sqlite_engine, writes=sqlite_store)
     statements = record_statements(sqlite_store, sqlite_engine)
     await sqlite_store.create_workflow(workflow_id="wf-2", tenant_id="t1")
+    created = [(verb, thread) for verb, thread in statements if verb != "SELECT"]
+    assert created == [("INSERT", threading.current_thread().name)]
+    statements.clear()
     await leases.renew("wf-2", "t1", "owner-a", 60_000)
     with pytest.raises(FailedPrecondition, match="owner-a"):
         await leases.renew("wf-2", "t1", "owner-b", 60_000)
     written = [(verb, thread) for verb, thread in statements if verb != "SELECT"]
-    assert [verb for verb, _ in written] == ["INSERT", "UPDATE", "UPDATE"]
+    assert [verb for verb, _ in written] == ["UPDATE", "UPDATE"]
     assert all(thread.startswith("sqlite-writer") for _, thread in written)
     statements.clear()
     deleted, _ = await sqlite_store.delete_workflows("t1", ["wf-2"])
