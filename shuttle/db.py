@@ -46,12 +46,21 @@ def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets readers (replays, history pages) run while one writer appends; the busy
     # timeout makes concurrent writers queue instead of failing; NORMAL sync is durable
     # across process crashes in WAL mode, which is what a restarted service needs.
+    run_pragmas(
+        dbapi_connection,
+        "journal_mode=WAL",
+        f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
+        "synchronous=NORMAL",
+        "foreign_keys=ON",
+    )
+
+
+def run_pragmas(dbapi_connection: Any, *pragmas: str) -> None:
+    """Run `PRAGMA <each>` on a raw SQLite connection, as a connect listener does."""
     cursor = dbapi_connection.cursor()
     try:
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
+        for pragma in pragmas:
+            cursor.execute(f"PRAGMA {pragma}")
     finally:
         cursor.close()
 

@@ -24,7 +24,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import OperationalError
 
-from shuttle.db import sqlite_sync_engine
+from shuttle.db import run_pragmas, sqlite_sync_engine
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +44,7 @@ def never_waiting_engine(url: str) -> Engine:
 
 def _never_wait(dbapi_connection: Any, _record: object) -> None:
     # After shuttle.db's own tuning (listeners run in order).
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("PRAGMA busy_timeout=0")
-        cursor.execute("PRAGMA wal_autocheckpoint=0")
-    finally:
-        cursor.close()
+    run_pragmas(dbapi_connection, "busy_timeout=0", "wal_autocheckpoint=0")
 
 
 def locked(error: BaseException) -> bool:
