@@ -2,10 +2,10 @@
 
 Sent to a writer thread, a transaction costs two thread switches, and on a busy two-core
 host the wait for a core at each switch is most of its time: a lone append's emit to
-subscriber took 1.0 to 1.4 ms at the median that way, 0.75 to 0.9 in place, and the events
-service's share of a core went from 79 % to 73 % (`python -m bench.suites.events_latency
---grpc-only`, one subscriber). In place a transaction must
-never wait, since it holds the loop while it runs: its connection's busy timeout is zero,
+subscriber takes 1.0 to 1.4 ms at the median that way against 0.75 to 0.9 in place, with the
+events service busy 79 % of a core against 73 % (`python -m bench.suites.events_latency
+--grpc-only`, one subscriber). In place a transaction must never wait, since it holds the
+loop while it runs: its connection's busy timeout is zero,
 so a file another writer holds (another process, the purge) fails it at once, and it is
 rolled back and sent to the writer thread, which waits its turn. Nor does it checkpoint
 the write-ahead log, which syncs the file: a worker thread does, every `CHECKPOINT_EVERY`
