@@ -29,22 +29,24 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def backends_of(request: Request) -> Backends:
+# Coroutines, though they only read app.state: FastAPI runs a plain function dependency
+# in its thread pool, a thread hop each on every request.
+async def backends_of(request: Request) -> Backends:
     backends: Backends = request.app.state.backends
     return backends
 
 
-def fanout_of(request: Request) -> FanOut:
+async def fanout_of(request: Request) -> FanOut:
     fanout: FanOut = request.app.state.fanout
     return fanout
 
 
-def task_index_of(request: Request) -> TaskIndex:
+async def task_index_of(request: Request) -> TaskIndex:
     index: TaskIndex = request.app.state.task_index
     return index
 
 
-def sessions_of(request: Request) -> SessionStore:
+async def sessions_of(request: Request) -> SessionStore:
     store: SessionStore = request.app.state.sessions
     return store
 
