@@ -10,7 +10,7 @@ import grpc
 from gateway.backends import Backends, tenant_metadata
 from gateway.conversations import settled_turns
 from gateway.errors import ApiError
-from gateway.stores.sessions import SessionStore, history_of
+from gateway.stores.sessions import NewTurn, SessionStore, history_of, new_session_id
 from gateway.stores.task_index import KeyInFlightError, KeyReuseError, TaskIndex, request_hash
 from shuttle.utf8 import json_text
 from shuttle.v1 import common_pb2, executor_pb2
@@ -112,7 +112,7 @@ async def submit(
         )
     assert reservation.row_id is not None
     try:
-        session_id, history = await _join_session(backends, sessions, tenant_id, spec)
+        joined = await _join_session(backends, sessions, tenant_id, spec)
     except BaseException:
         await index.release(reservation)
         raise
@@ -120,8 +120,8 @@ async def submit(
         query=spec.query,
         tenant_id=tenant_id,
         owner=owner,
-        session_id=session_id,
-        history=[common_pb2.ChatMessage(role=role, content=text) for role, text in history],
+        session_id=joined.session_id,
+        history=[common_pb2.ChatMessage(role=role, content=text) for role, text in joined.history],
         mode=MODES[spec.mode.lower()] if spec.mode else common_pb2.MODE_UNSPECIFIED,
         model=spec.model,
         budget_tokens=spec.budget_tokens,
@@ -148,15 +148,31 @@ async def submit(
                 headers={"Retry-After": str(RUN_LIMIT_RETRY_SECONDS)},
             ) from None
         raise
-    await index.complete(reservation, started.workflow_id)
-    await sessions.add_turn(tenant_id, session_id, spec.query, workflow_id=started.workflow_id)
-    return Submitted(started.workflow_id, started.status, False, session_id)
+    turn = NewTurn(
+        tenant_id,
+        joined.session_id,
+        spec.query,
+        workflow_id=started.workflow_id,
+        new_session=joined.is_new,
+    )
+    await index.complete(reservation, started.workflow_id, turn)
+    return Submitted(started.workflow_id, started.status, False, joined.session_id)
+
+
+@dataclass(frozen=True)
+class _Joined:
+    session_id: str
+    history: list[tuple[str, str]]
+    is_new: bool
+    """A session of a new id, created only with its first turn: until then it has none."""
 
 
 async def _join_session(
     backends: Backends, sessions: SessionStore, tenant_id: str, spec: TaskSpec
-) -> tuple[str, list[tuple[str, str]]]:
+) -> _Joined:
     """The run's session (created on first use, or new without an id) and its history."""
+    if not (spec.earlier or spec.session_id):
+        return _Joined(new_session_id(), [], is_new=True)
     if spec.earlier:
         session_id = await sessions.open(tenant_id, spec.session_id, spec.earlier[0][1])
         for user, answer in _pairs(spec.earlier):
@@ -164,7 +180,7 @@ async def _join_session(
     else:
         session_id = await sessions.open(tenant_id, spec.session_id, spec.query)
     turns = await settled_turns(sessions, backends, tenant_id, session_id)
-    return session_id, history_of(turns, sessions.history_max_bytes)
+    return _Joined(session_id, history_of(turns, sessions.history_max_bytes), is_new=False)
 
 
 def _pairs(messages: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:

@@ -12,9 +12,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.stores.db import session_turns, sessions, tasks
 from shuttle.usage import TokenUsage
@@ -67,19 +67,9 @@ class SessionStore:
     async def open(self, tenant_id: str, session_id: str, first_message: str) -> str:
         """The session's id, creating it (titled by its first message) on first use."""
         session_id = session_id or new_session_id()
-        now = datetime.now(UTC)
-        title = " ".join(first_message.split())[:TITLE_CHARS]
         try:
             async with self._engine.begin() as conn:
-                await conn.execute(
-                    insert(sessions).values(
-                        tenant_id=tenant_id,
-                        session_id=session_id,
-                        title=title,
-                        created_at=now,
-                        updated_at=now,
-                    )
-                )
+                await conn.run_sync(create, tenant_id, session_id, first_message)
         except IntegrityError:
             pass  # it exists (perhaps created by a concurrent request): join it
         return session_id
@@ -93,20 +83,9 @@ class SessionStore:
         workflow_id: str | None = None,
         answer: str | None = None,
     ) -> None:
-        now = datetime.now(UTC)
+        turn = NewTurn(tenant_id, session_id, user_message, workflow_id, answer)
         async with self._engine.begin() as conn:
-            await conn.execute(
-                insert(session_turns).values(
-                    tenant_id=tenant_id,
-                    session_id=session_id,
-                    workflow_id=workflow_id,
-                    user_message=user_message,
-                    answer=answer,
-                    status=RUNNING if workflow_id else "completed",
-                    created_at=now,
-                )
-            )
-            await _touch(conn, tenant_id, session_id, now)
+            await conn.run_sync(record_turn, turn)
 
     async def complete_turn(
         self, turn_id: int, status: str, answer: str, usage: TokenUsage
@@ -212,10 +191,52 @@ class SessionStore:
                 )
 
 
-async def _touch(conn: AsyncConnection, tenant_id: str, session_id: str, now: datetime) -> None:
-    await conn.execute(
+def create(conn: Connection, tenant_id: str, session_id: str, first_message: str) -> None:
+    """Insert the session, titled by its first message; IntegrityError if it exists."""
+    now = datetime.now(UTC)
+    conn.execute(
+        insert(sessions).values(
+            tenant_id=tenant_id,
+            session_id=session_id,
+            title=" ".join(first_message.split())[:TITLE_CHARS],
+            created_at=now,
+            updated_at=now,
+        )
+    )
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    tenant_id: str
+    session_id: str
+    user_message: str
+    workflow_id: str | None = None
+    """Set for the turn of a run that started: running until the run ends."""
+    answer: str | None = None
+    """Set for a turn that happened elsewhere (a client's earlier messages)."""
+    new_session: bool = False
+    """Create the session (titled by this turn) with its first turn."""
+
+
+def record_turn(conn: Connection, turn: NewTurn) -> None:
+    """Append the turn to its session (created first when new)."""
+    if turn.new_session:
+        create(conn, turn.tenant_id, turn.session_id, turn.user_message)
+    now = datetime.now(UTC)
+    conn.execute(
+        insert(session_turns).values(
+            tenant_id=turn.tenant_id,
+            session_id=turn.session_id,
+            workflow_id=turn.workflow_id,
+            user_message=turn.user_message,
+            answer=turn.answer,
+            status=RUNNING if turn.workflow_id else "completed",
+            created_at=now,
+        )
+    )
+    conn.execute(
         update(sessions)
-        .where(sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id)
+        .where(sessions.c.tenant_id == turn.tenant_id, sessions.c.session_id == turn.session_id)
         .values(updated_at=now)
     )
 

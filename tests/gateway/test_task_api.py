@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from sqlalchemy import update
+from sqlalchemy import Connection, Engine, event, update
 
 from gateway.stores.db import tasks
 from gateway.stores.task_index import TaskIndex, request_hash
@@ -172,6 +172,42 @@ def test_approval_decisions_reach_the_tools_service(auth_stack: AuthStack) -> No
         reply = client.post("/api/v1/approvals/ap-1", json={"decision": "approved"})
     assert reply.status_code == 404
     assert "ap-1" in reply.json()["error"]["message"]
+
+
+def test_a_new_task_is_recorded_in_two_transactions(auth_stack: AuthStack) -> None:
+    """The reservation before the run starts; after it, the run, its new session and the
+    turn together. Each transaction is a commit the request waits for, while the run's
+    first appends contend for the same database."""
+    commits: list[str] = []
+
+    def committed(conn: Connection) -> None:
+        commits.append(str(conn.engine.url))
+
+    server = GatewayServer(auth_stack.settings()).start()
+    event.listen(Engine, "commit", committed)
+    try:
+        with as_tenant(server, auth_stack.key_a) as client:
+            created = client.post("/api/v1/tasks", json={"query": "What is 8*8?"})
+            assert created.status_code == 201, created.text
+        assert len(commits) == 2, commits
+        with auth_stack.client(auth_stack.key_a) as client:
+            session = client.get(f"/api/v1/sessions/{created.json()['session_id']}").json()
+        assert session["title"] == "What is 8*8?"
+        assert [turn["workflow_id"] for turn in session["turns"]] == [created.json()["workflow_id"]]
+    finally:
+        event.remove(Engine, "commit", committed)
+        server.stop()
+
+
+def test_a_task_whose_run_is_refused_leaves_no_session(auth_stack: AuthStack) -> None:
+    query = f"What is 5*5? ({uuid.uuid4()})"
+    with auth_stack.client(auth_stack.key_a) as client:
+        refused = client.post("/api/v1/tasks", json={"query": query, "model": "gpt-9"})
+        assert refused.status_code == 400
+        listed = client.get("/api/v1/sessions?limit=100").json()["sessions"]
+        assert query not in [s["title"] for s in listed]
+        tasks = client.get("/api/v1/tasks?limit=100").json()["tasks"]
+        assert query not in [t["query"] for t in tasks]
 
 
 def test_a_task_naming_a_model_nobody_configured_is_refused_naming_those_that_are(
