@@ -161,11 +161,12 @@ def end_to_end(ctx: Context) -> str:
 .venv/bin/python -m bench.suites.end_to_end --runs {runs}
 ```
 
-One task (`What is 12*7?`: a tool call, an answer, a streamed synthesis and one calculator
-call) from `POST /api/v1/tasks` to the closed SSE stream, through all five processes on the
-embedded defaults (SQLite, in-process hot tier), against a zero-latency scripted model.
-*Peer*: the same three model calls and the calculator in-process with a bare `openai` client
-against the same server.
+One task (a tool call, the answer, a streamed synthesis and one calculator call; the
+STANDARD mode asked for, as the peer has no router) from `POST /api/v1/tasks` to the closed
+SSE stream, through all five processes on the embedded defaults (SQLite, in-process hot
+tier), against a zero-latency scripted model in a process of its own. *Peer*: the same three
+model calls and the calculator in-process with a bare `openai` client against the same
+server. The two sides take turns run by run.
 """
     if figures is None:
         return head + "\n" + missing("end_to_end")
@@ -177,13 +178,20 @@ against the same server.
             *(number(ours[q], 1) + " ms" for q in ("p50", "p95", "p99")),
         ],
     ]
+    posted = figures.get("posted_ms")
+    if posted is not None:
+        rows.append(
+            [
+                "of which until `POST` is answered",
+                *(number(posted[q], 1) + " ms" for q in ("p50", "p95", "p99")),
+            ]
+        )
     together = figures["concurrent"]
     memory = ", ".join(f"{name} {mb:.0f} MB" for name, mb in figures["rss_mb"].items())
     return f"""{head}
 {table([f"{runs} sequential runs", "p50", "p95", "p99"], rows)}
 
-Shuttle adds {number(ours["p50"] - bare["p50"], 1)} ms per task (median); profiles of the
-services put most of it in the workflow's first SQLite commits and the log's appends.
+Shuttle adds {number(ours["p50"] - bare["p50"], 1)} ms per task (median).{_cpu_per_task(figures)}
 {together["runs"]} concurrent tasks: {number(together["wall_s"], 2)} s wall,
 {number(together["runs_per_s"], 1)} tasks/s, {number(together["events_per_s"])} events/s delivered,
 p50 {number(together["run_ms"]["p50"])} ms per task. Resident memory after the runs: {memory}.
@@ -191,6 +199,18 @@ p50 {number(together["run_ms"]["p50"])} ms per task. Resident memory after the r
 The gateway's listening socket sets `TCP_NODELAY`: without it every HTTP response waits
 ~40 ms on the client's delayed ACK (uvicorn writes headers and body separately).
 """
+
+
+def _cpu_per_task(figures: dict[str, Any]) -> str:
+    cpu = figures.get("cpu_ms_per_task")
+    if not cpu:
+        return ""
+    shares = ", ".join(f"{name} {number(ms, 1)}" for name, ms in cpu.items() if ms >= 0.05)
+    return f"""
+CPU per task, by process: {shares} ms; {number(sum(cpu.values()), 1)} ms in all, on two cores.
+The gateway's share is the `POST` (the task and its session turn recorded in two
+transactions, `StartRun`) and the SSE stream (the workflow looked up, the log followed,
+each event rendered once)."""
 
 
 def tool_hooks(ctx: Context) -> str:

@@ -27,6 +27,10 @@ class CpuMeter:
 
     def __init__(self, pids: dict[str, int]) -> None:
         self._pids = dict(pids)
+        self.restart()
+
+    def restart(self) -> None:
+        """Count from now on."""
         self._before = {name: cpu_seconds(pid) for name, pid in self._pids.items()}
         self._started = time.perf_counter()
 

@@ -262,3 +262,19 @@ def test_other_work_not_the_benchmarks_own_load_decides_whether_the_machine_was_
     text = doc.read_text()
     assert ("Other work kept this machine busy" in text) is busy
     assert f"used {cpus_used:.2f}\N{EN DASH}{cpus_used:.2f} of the" in text
+
+
+def test_a_tasks_cpu_and_post_are_reported_from_their_own_figures(
+    rendered: tuple[Path, Path],
+) -> None:
+    doc, _ = rendered
+    text = " ".join(doc.read_text().split())
+    figures = json.loads((RESULTS / "end_to_end.json").read_text())["figures"]
+    cpu = figures["cpu_ms_per_task"]
+
+    assert f"gateway {cpu['gateway']:,.1f}" in text
+    assert f"executor {cpu['executor']:,.1f}" in text
+    assert f"{sum(cpu.values()):,.1f} ms in all" in text
+    assert "planner 0.0" not in text  # no CPU of its own in such tasks
+    posted = figures["posted_ms"]["p50"]
+    assert f"| of which until `POST` is answered | {posted:,.1f} ms |" in text
