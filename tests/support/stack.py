@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,15 +16,26 @@ from shuttle.settings import Settings
 
 
 def free_ports(count: int) -> list[int]:
-    sockets = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sockets.append(sock)
-    ports = [s.getsockname()[1] for s in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
+    """Ports free now, below the kernel's ephemeral range. A port that bind(0) returns lies
+    in that range, so between this check and the bind of the process it is meant for, the
+    kernel may hand it (or a neighbour: replicas at base + 10*i, metrics at base + i) to an
+    outgoing connection; below the range it never allocates a port on its own."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    chosen: list[int] = []
+    while len(chosen) < count:
+        port = random.randrange(10_000, low - 100)
+        if port not in chosen and _can_listen(port):
+            chosen.append(port)
+    return chosen
+
+
+def _can_listen(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @dataclass
