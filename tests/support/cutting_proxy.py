@@ -14,6 +14,7 @@ class CuttingProxy:
         self.cuts = 0
         self.port = 0
         self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -23,13 +24,26 @@ class CuttingProxy:
         return self
 
     def stop(self) -> None:
+        # Relays still open are cancelled and awaited on the loop, so none is left to be
+        # closed by the garbage collector after the loop is gone.
+        asyncio.run_coroutine_threadsafe(self._shut_down(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        self._loop.close()
+
+    async def _shut_down(self) -> None:
+        self._server.close()
+        relays = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for relay in relays:
+            relay.cancel()
+        await asyncio.gather(*relays, return_exceptions=True)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", 0)
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         self._loop.run_forever()
 
