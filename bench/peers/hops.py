@@ -31,6 +31,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterable, AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -252,12 +253,19 @@ def _llm_output(output: str, started: float) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class HopsPeer:
+    executor: executor_pb2_grpc.ExecutorServiceAsyncStub
+    pids: dict[str, int]
+    """Each process by the Shuttle service it plays: events, tools, executor."""
+
+
 @contextlib.asynccontextmanager
-async def hops_peer(model_url: str) -> AsyncIterator[executor_pb2_grpc.ExecutorServiceAsyncStub]:
-    """The three processes, and a stub of the peer's executor; stopped on exit."""
+async def hops_peer(model_url: str) -> AsyncIterator[HopsPeer]:
+    """The three processes and a stub of the peer's executor; stopped on exit."""
     log_port, tools_port, executor_port = free_ports(3)
     with tempfile.TemporaryDirectory() as scratch:
-        started: list[subprocess.Popen[str]] = []
+        started: dict[str, subprocess.Popen[str]] = {}
         try:
             for args in (
                 ["events", str(log_port), str(Path(scratch) / "peer.db")],
@@ -270,11 +278,12 @@ async def hops_peer(model_url: str) -> AsyncIterator[executor_pb2_grpc.ExecutorS
                     model_url,
                 ],
             ):
-                started.append(_spawn(args))
+                started[args[0]] = _spawn(args)
+            pids = {service: process.pid for service, process in started.items()}
             async with grpc.aio.insecure_channel(f"127.0.0.1:{executor_port}") as channel:
-                yield executor_pb2_grpc.ExecutorServiceStub(channel)
+                yield HopsPeer(executor_pb2_grpc.ExecutorServiceStub(channel), pids)
         finally:
-            for process in started:
+            for process in started.values():
                 process.terminate()
                 process.wait(timeout=30)
 

@@ -10,6 +10,7 @@ from typing import Any
 from . import charts
 from .context import Context, missing
 from .markdown import number, table
+from .sections_cpu import cpu_per_run
 from .sides import CONCURRENCY_SIDES, SIDES
 
 
@@ -81,7 +82,7 @@ runs: median (min–max) over {settings.get("repeats", "N")} trial(s); larger co
 {_failures(figures["rows"])}
 {chart}
 {_busiest(figures["rows"])}
-{_cpu_per_run(ctx)}
+{cpu_per_run(ctx)}
 """
 
 
@@ -109,64 +110,6 @@ def _busiest(rows: list[dict[str, Any]]) -> str:
         "benchmark's own process, where every side's callers and the peers run; the PostgreSQL "
         "server the Postgres checkpointer writes to is not counted):\n\n" + "\n".join(lines) + "\n"
     )
-
-
-def _cpu_per_run(ctx: Context) -> str:
-    """Where the time goes at 100 runs: the CPU one run costs each process (`run_cpu`)."""
-    figures = ctx.results.figures("run_cpu")
-    head = """Where the time goes at 100 runs: CPU.
-
-```sh
-.venv/bin/python -m bench.suites.run_cpu --k 5 --runs 40
-```
-
-Runs of K = 5 tool rounds one after another against the zero-latency model; each process's
-CPU (user and system, all threads, from /proc) over the measured runs, per run."""
-    if figures is None:
-        return head + "\n\n" + missing("run_cpu")
-    rows = [[name, number(ms, 1)] for name, ms in figures["cpu_ms_per_run"].items() if ms >= 0.05]
-    rows.append(["all Shuttle processes", number(figures["cpu_ms_per_run_total"], 1)])
-    hundred_s = figures["cpu_ms_per_run_total"] / 10  # 100 runs, in seconds of CPU
-    return f"""{head}
-
-{table(["process", "ms of CPU per run"], rows)}
-
-A run took {number(figures["wall_ms_median"], 1)} ms (median) of wall time, the bare loop
-{number(figures["bare_wall_ms_median"], 1)} ms. A hundred such runs need
-{number(hundred_s, 1)} s of CPU, {number(hundred_s / 2, 1)} s of both cores at best, against an
-ideal wall time of 1.4 s at 200 ms per model call; the bare loop with the model server alone
-takes most of its wall time the same way. What is left to win is CPU per run: gRPC's cost
-per call (about 0.5 ms of server CPU for a bare unary call, 0.2 ms for a message on a stream,
-measured on their own, which is why runs append over one `AppendStream` call), SQLAlchemy
-executing statements, and the `openai` client in the executor.
-
-Every Shuttle process runs its event loop on uvloop (`SHUTTLE_EVENT_LOOP=auto`,
-`shuttle/event_loop.py`); the benchmark's own process, where the peers run, keeps asyncio's.
-With `SHUTTLE_EVENT_LOOP=asyncio` instead, the services spent 112.8 ms of CPU per run of
-K = 5 against 102.0 ms on uvloop, and a run took 89.5 against 82.9 ms of wall time (medians of
-three runs of 40 each, the two loops taking turns, on a machine whose reference loop took
-192–367 ms).
-
-On a unary gRPC call, OpenTelemetry's interceptors cost 0.13 ms of CPU on each side against
-none (`python -m bench.suites.grpc_tracing`). Under a trace nobody records, Shuttle's
-(`shuttle/grpc_tracing.py`) pass the context on without building spans, which saves about half
-of that: 0.480 ms per call on the server against OpenTelemetry's 0.547, 0.341 on the client
-against 0.394. The SQLite writer and reader threads keep their connections instead of checking
-one out of the pool per transaction: a small write plus a read costs 0.65 ms of CPU, against
-0.79 ms with a connection checked out each time. Both measured on their own, on a machine
-whose reference loop took 167–179 ms.
-
-A run's batch of events lingers 5 ms after its oldest event (`SHUTTLE_EVENTS_LINGER_MS`,
-`services/executor/log/emitter.py`) unless it is full or the run flushes, so that the events
-before and after a fast tool call share one Append. Runs of 50 tool rounds at the
-zero-latency model make 46 Appends with the linger and 72 without it
-(`SHUTTLE_EVENTS_LINGER_MS=0`); the events service's CPU per iteration is 2.29 ms against
-2.97, all Shuttle processes' 8.20 against 9.08 ms (20 runs each way, taking turns, read over
-`Run`; 2.18 against 2.94 and 7.12 against 8.14 ms read with `StartRun` + `StreamBatches`).
-Wall time per iteration is the same within the noise (8.00 against 7.89 ms over `Run`, 6.99
-against 7.14 ms from the log), and so is 100 concurrent runs' at 200 ms per model call
-(2.40 / 2.25× ideal against 2.32 / 2.27×), where tool calls queue for longer than the linger.
-Measured on their own, on a machine whose reference loop took 214–321 ms."""
 
 
 def _failures(rows: list[dict[str, Any]]) -> str:

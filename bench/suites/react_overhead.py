@@ -136,7 +136,7 @@ async def main(args: argparse.Namespace) -> None:
             for name, checkout in names.items()
         }
         async with (
-            hops_peer(model.base_url) as hops_executor,
+            hops_peer(model.base_url) as hops,
             persisting_sides(model.base_url) as persisting,
         ):
             sides = open_sides(model, stack)
@@ -149,7 +149,7 @@ async def main(args: argparse.Namespace) -> None:
                     print("LangGraph is not installed (the `bench` extra): its column is left out")
                 samples = await measure(
                     sides,
-                    partial(run_over, hops_executor),
+                    partial(run_over, hops.executor),
                     runs,
                     baselines=baselines,
                     persisting=persisting,

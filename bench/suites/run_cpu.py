@@ -1,79 +1,158 @@
-"""CPU per ReAct run, by process: what one run of K tool rounds costs each Shuttle service.
+"""CPU per ReAct run, by process, beside the hops peer: where a run's milliseconds go.
 
-The K-iterations model (zero latency, its own process) and the five Shuttle processes on the
-embedded defaults; runs go one after another over ExecutorService.Run until STREAM_END, after
-a few to warm up. Each process's CPU (user + system, all its threads, from /proc) over the
-measured runs, divided by their number; beside it the wall time per run, and the bare
-`openai` loop's wall time against the same model in this process as the peer. On two cores,
-the sum across processes is what bounds many concurrent runs.
+The K-iterations model (zero latency, its own process), the five Shuttle processes on the
+embedded defaults, and the hops peer (`bench/peers/hops.py`: the same crossings between
+processes on bare grpc.aio, in three processes playing the events service, the tool host
+and the executor). Runs go one after another over ExecutorService.Run until STREAM_END. At
+each K the two sides take turns in rounds of runs, and each process's CPU (user + system, all
+its threads, from /proc) over a side's runs is divided by their number; the client, this
+process, counts as one of each side's processes. A line fitted through each process's CPU
+per run against K splits it into what a run pays once and what each tool round adds. Beside
+them the wall time per run, and the bare `openai` loop's against the same model. On two
+cores, the sum across processes is what bounds many concurrent runs.
 
-    .venv/bin/python -m bench.suites.run_cpu [--k 5] [--runs 40] [--json PATH]
+    .venv/bin/python -m bench.suites.run_cpu [--ks 1 20] [--runs 40] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
+from bench.peers.hops import hops_peer
 from bench.support.meters import CpuMeter
-from bench.support.react_sides import open_sides
+from bench.support.react_sides import open_sides, run_over
 from bench.support.results import add_common_arguments, save, sized
 from bench.support.stack import scripted_stack
 
 SERVICES = ("events", "tools", "planner", "executor", "gateway")
 WARM_UP_RUNS = 5
+ROUNDS = 4
+"""Turns each side takes at each K: load from elsewhere falls on both alike."""
+
+Runner = Callable[[int], Awaitable[None]]
 
 
-async def measure(k: int, runs: int) -> dict[str, Any]:
+class _Side:
+    """One side's runs at one K: their CPU by process and their wall times."""
+
+    def __init__(self, run: Runner, pids: dict[str, int]) -> None:
+        self.run = run
+        self._meter = CpuMeter(pids)
+        self.cpu_seconds = dict.fromkeys(pids, 0.0)
+        self.walls: list[float] = []
+
+    async def measure(self, k: int, runs: int) -> None:
+        self._meter.restart()
+        for _ in range(runs):
+            started = time.perf_counter()
+            await self.run(k)
+            self.walls.append(time.perf_counter() - started)
+        for name, used in self._meter.seconds().items():
+            self.cpu_seconds[name] += used
+
+    def figures(self) -> dict[str, Any]:
+        runs = len(self.walls)
+        return {
+            "cpu_ms_per_run": {n: s / runs * 1000 for n, s in self.cpu_seconds.items()},
+            "wall_ms_median": statistics.median(self.walls) * 1000,
+        }
+
+
+async def measure_k(k: int, runs: int, runners: dict[str, tuple[Runner, dict[str, int]]]) -> Any:
+    """Every side at K, taking turns round by round (each goes first in turn)."""
+    sides = {name: _Side(run, pids) for name, (run, pids) in runners.items()}
+    names = list(sides)
+    per_round = max(1, runs // ROUNDS)
+    for round_number in range(ROUNDS):
+        shift = round_number % len(names)
+        for name in names[shift:] + names[:shift]:
+            await sides[name].measure(k, per_round)
+    return {name: side.figures() for name, side in sides.items()}
+
+
+def fit(ks: list[int], cpu_by_k: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Each process's CPU per run as fixed + K * per tool round (least squares), and all."""
+    names = list(cpu_by_k[0])
+    lines = {}
+    for name in [*names, "all"]:
+        values = [sum(cpu.values()) if name == "all" else cpu[name] for cpu in cpu_by_k]
+        slope, intercept = statistics.linear_regression(ks, values)
+        lines[name] = {"fixed_ms": intercept, "per_iteration_ms": slope}
+    return lines
+
+
+async def measure(ks: list[int], runs: int) -> dict[str, Any]:
     with scripted_stack() as (model, stack):
         sides = open_sides(model, stack, with_langgraph=False)
+        client = os.getpid()
         try:
-            pids = {name: stack.supervisor.processes[name].pid for name in SERVICES}
-            for _ in range(WARM_UP_RUNS):
-                await sides.shuttle(k)
-                await sides.bare(k)
-            meter = CpuMeter(pids)
-            walls = []
-            for _ in range(runs):
-                started = time.perf_counter()
-                await sides.shuttle(k)
-                walls.append(time.perf_counter() - started)
-            cpu_ms = {name: used / runs * 1000 for name, used in meter.seconds().items()}
-            bare = []
-            for _ in range(runs):
-                started = time.perf_counter()
-                await sides.bare(k)
-                bare.append(time.perf_counter() - started)
+            async with hops_peer(model.base_url) as hops:
+                shuttle_pids = {n: stack.supervisor.processes[n].pid for n in SERVICES}
+                runners: dict[str, tuple[Runner, dict[str, int]]] = {
+                    "shuttle": (sides.shuttle, shuttle_pids | {"client": client}),
+                    "hops": (partial(run_over, hops.executor), hops.pids | {"client": client}),
+                    "bare": (sides.bare, {"client": client}),
+                }
+                for run, _ in runners.values():
+                    for _ in range(WARM_UP_RUNS):
+                        await run(ks[0])
+                by_k = {k: await measure_k(k, runs, runners) for k in ks}
         finally:
             await sides.close()
-    return {
-        "k": k,
-        "runs": runs,
-        "cpu_ms_per_run": cpu_ms,
-        "cpu_ms_per_run_total": sum(cpu_ms.values()),
-        "wall_ms_median": statistics.median(walls) * 1000,
-        "bare_wall_ms_median": statistics.median(bare) * 1000,
-    }
+    figures: dict[str, Any] = {"ks": ks, "runs": runs, "sides": {}, "fit": {}}
+    for side in ("shuttle", "hops"):
+        figures["sides"][side] = {str(k): by_k[k][side] for k in ks}
+        cpu = [_active(by_k[k][side]["cpu_ms_per_run"]) for k in ks]
+        figures["fit"][side] = fit(ks, [{n: c.get(n, 0.0) for n in cpu[-1]} for c in cpu])
+    figures["bare_wall_ms_median"] = {str(k): by_k[k]["bare"]["wall_ms_median"] for k in ks}
+    return figures
+
+
+def _active(cpu: dict[str, float]) -> dict[str, float]:
+    """Without the processes a run over Run never reaches (the planner, the gateway)."""
+    return {name: ms for name, ms in cpu.items() if ms >= 0.05}
+
+
+def print_figures(figures: dict[str, Any]) -> None:
+    for k in figures["ks"]:
+        shuttle = figures["sides"]["shuttle"][str(k)]
+        hops = figures["sides"]["hops"][str(k)]
+        print(f"K={k}: ms of CPU per run (Shuttle / hops peer)")
+        for name in shuttle["cpu_ms_per_run"]:
+            theirs = hops["cpu_ms_per_run"].get(name)
+            peer = f"{theirs:7.1f}" if theirs is not None else "      —"
+            print(f"  {name:<9} {shuttle['cpu_ms_per_run'][name]:7.1f} {peer}")
+        print(
+            f"  wall per run {shuttle['wall_ms_median']:.1f} / {hops['wall_ms_median']:.1f} ms"
+            f" (median); bare openai loop {figures['bare_wall_ms_median'][str(k)]:.1f} ms"
+        )
+    print("fit, ms of CPU: once per run / per tool round (Shuttle | hops peer)")
+    for name, line in figures["fit"]["shuttle"].items():
+        theirs = figures["fit"]["hops"].get(name)
+        peer = f"{theirs['fixed_ms']:7.1f} / {theirs['per_iteration_ms']:5.2f}" if theirs else "—"
+        print(f"  {name:<9} {line['fixed_ms']:7.1f} / {line['per_iteration_ms']:5.2f} | {peer}")
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--k", type=int, default=5, help="tool rounds per run")
-    parser.add_argument("--runs", type=int, help="measured runs (40; quick 10)")
+    parser.add_argument("--ks", type=int, nargs="+", help="tool rounds per run (1 20)")
+    parser.add_argument("--runs", type=int, help="measured runs per side and K (40; quick 8)")
     add_common_arguments(parser)
     args = parser.parse_args()
-    figures = await measure(args.k, sized(args.runs, args.quick, full=40, small=10))
-    for name, ms in figures["cpu_ms_per_run"].items():
-        print(f"{name:<9} {ms:7.1f} ms of CPU per run")
-    print(
-        f"all       {figures['cpu_ms_per_run_total']:7.1f} ms of CPU per run; wall per run "
-        f"{figures['wall_ms_median']:.1f} ms (median), bare openai loop "
-        f"{figures['bare_wall_ms_median']:.1f} ms"
-    )
-    save(args.json, "run_cpu", {"k": args.k, "runs": figures["runs"]}, figures)
+    ks = sorted(set(args.ks or ([1, 5] if args.quick else [1, 20])))
+    if len(ks) < 2:
+        parser.error("--ks needs two values or more: the fit splits CPU by K")
+    runs = sized(args.runs, args.quick, full=40, small=8)
+    figures = await measure(ks, runs)
+    print_figures(figures)
+    save(args.json, "run_cpu", {"ks": ks, "runs": runs}, figures)
 
 
 if __name__ == "__main__":
