@@ -110,8 +110,11 @@ machine will differ; the columns relate to each other.
 ### Short runs, beside in-process frameworks
 
 Ratios of medians measured side by side in one run (`react_overhead`, `end_to_end`,
-`react_concurrency`). Where an aim is missed, the last column gives the hops peer's figure:
-the same crossings between processes on bare grpc.aio, which no engine work can go below.
+`react_concurrency`). Where an aim is missed, the last column says why, from two figures.
+The hops peer's: the same crossings between processes on bare grpc.aio, which no engine work
+can go below. And the CPU a run or a task costs each process (`run_cpu`, `end_to_end`,
+`react_concurrency`): on two cores every process takes its turn, so CPU beyond the peer's is
+wall time beyond it.
 
 {short_run_aims_table(results)}
 """

@@ -47,6 +47,42 @@ def test_the_largest_k_is_judged_against_the_hops_peer() -> None:
     assert f"K={k}: {number(ours[k], 2)} vs {number(hops[k], 2)} ms" in judgement.measured
 
 
+def test_a_missed_aim_says_where_the_cpu_goes() -> None:
+    """The fixed cost and the largest K against the hops peer, from run_cpu's fit; the task
+    end to end from its CPU per process; concurrent runs from the CPU of their last trial."""
+    fit = saved("run_cpu")["fit"]
+    judgements = {j.aim: j for j in judge(Results.read(RESULTS))}
+    by_start = {aim.split(",")[0].split(" ≤")[0]: j for aim, j in judgements.items()}
+
+    fixed = by_start["what every run pays once"]
+    assert fixed.met is False
+    ours, hops = fit["shuttle"], fit["hops"]
+    assert f"CPU once per run {number(ours['all']['fixed_ms'], 1)} ms" in fixed.why
+    assert f"executor {number(ours['executor']['fixed_ms'], 1)}" in fixed.why
+    assert f"against the hops peer's {number(hops['all']['fixed_ms'], 1)}" in fixed.why
+
+    largest = by_start["at the largest K"]
+    if largest.met is False:
+        per_round = number(ours["all"]["per_iteration_ms"], 2)
+        assert f"CPU per tool round {per_round} ms" in largest.why
+    else:
+        assert largest.why == ""
+
+    task = by_start["a one-tool task end to end"]
+    cpu = saved("end_to_end")["cpu_ms_per_task"]
+    total = sum(ms for ms in cpu.values() if ms >= 0.05)
+    assert task.met is False
+    assert f"CPU per task {number(total, 1)} ms" in task.why
+    assert f"gateway {number(cpu['gateway'], 1)}" in task.why
+
+    concurrent = by_start["at 100 and 1"]
+    hundred = {r["count"]: r for r in saved("react_concurrency")["rows"]}[100]
+    if concurrent.met is False:
+        trial = hundred["shuttle"]["trials"][-1]
+        per_run = sum(trial["cpu_s"].values()) / 100 * 1000
+        assert f"at 100, CPU per run {number(per_run, 1)} ms" in concurrent.why
+
+
 def test_a_count_that_was_not_run_is_named() -> None:
     rows = {r["count"]: r for r in saved("react_concurrency")["rows"]}
     assert 1000 not in rows  # the quick results stop at 100
