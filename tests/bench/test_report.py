@@ -129,7 +129,13 @@ def test_the_cpu_per_run_is_reported_beside_the_hops_peer(rendered: tuple[Path, 
         if r["count"] == 100
     ]
     hundred = (ours["all"]["fixed_ms"] + row["k"] * ours["all"]["per_iteration_ms"]) / 10
-    assert f"{hundred:,.1f} s of CPU, {hundred / 2:,.1f} s of both cores" in " ".join(text.split())
+    flat = " ".join(text.split())
+    assert f"{hundred:,.1f} s of CPU, {hundred / 2:,.1f} s of both cores" in flat
+    # What Shuttle spends beyond the peer, once per run, and the events service's share.
+    beyond = ours["all"]["fixed_ms"] - hops["all"]["fixed_ms"]
+    events = ours["events"]["fixed_ms"] - hops["events"]["fixed_ms"]
+    assert f"a run costs {beyond:,.1f} ms of CPU once" in flat
+    assert f"Once per run, {events:,.1f} ms of it is the events service's" in flat
 
 
 def test_both_ways_of_reading_a_run_and_the_cpu_of_each_process_are_reported(
