@@ -131,8 +131,8 @@ def _task_cpu(figures: dict[str, Any]) -> str:
     posted = figures.get("posted_ms", {}).get("p50")
     answered = f"; the POST was answered after {number(posted, 1)} ms" if posted else ""
     return (
-        f"CPU per task {number(total, 1)} ms ({by_process}): at least "
-        f"{number(total / 2, 1)} ms of both cores{answered}"
+        f"CPU per task {number(total, 1)} ms ({by_process}): on two cores at least "
+        f"{number(total / 2, 1)} ms of wall time{answered}"
     )
 
 
