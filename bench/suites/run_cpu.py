@@ -66,10 +66,11 @@ class _Side:
 
 
 async def measure_k(k: int, runs: int, runners: dict[str, tuple[Runner, dict[str, int]]]) -> Any:
-    """Every side at K, taking turns round by round (each goes first in turn)."""
+    """Every side at K, taking turns round by round (each goes first in turn); `runs` is a
+    multiple of ROUNDS."""
     sides = {name: _Side(run, pids) for name, (run, pids) in runners.items()}
     names = list(sides)
-    per_round = max(1, runs // ROUNDS)
+    per_round = runs // ROUNDS
     for round_number in range(ROUNDS):
         shift = round_number % len(names)
         for name in names[shift:] + names[:shift]:
@@ -149,7 +150,8 @@ async def main() -> None:
     ks = sorted(set(args.ks or ([1, 5] if args.quick else [1, 20])))
     if len(ks) < 2:
         parser.error("--ks needs two values or more: the fit splits CPU by K")
-    runs = sized(args.runs, args.quick, full=40, small=8)
+    # Whole rounds: each side makes as many runs in each.
+    runs = max(ROUNDS, sized(args.runs, args.quick, full=40, small=8) // ROUNDS * ROUNDS)
     figures = await measure(ks, runs)
     print_figures(figures)
     save(args.json, "run_cpu", {"ks": ks, "runs": runs}, figures)
