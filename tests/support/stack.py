@@ -14,6 +14,9 @@ from shuttle.grpc_auth import ChannelAuth
 from shuttle.grpc_client import open_blocking_channel, open_channel
 from shuttle.settings import Settings
 
+LOWEST_TEST_PORT = 10_000
+"""Below it lie the well-known ports of services a machine may run (PostgreSQL, Redis...)."""
+
 
 def free_ports(count: int) -> list[int]:
     """Ports free now, below the kernel's ephemeral range. A port that bind(0) returns lies
@@ -21,12 +24,24 @@ def free_ports(count: int) -> list[int]:
     kernel may hand it (or a neighbour: replicas at base + 10*i, metrics at base + i) to an
     outgoing connection; below the range it never allocates a port on its own."""
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    if low < LOWEST_TEST_PORT + 1_000:  # no room below the range: the kernel's choice, then
+        return _kernel_ports(count)
     chosen: list[int] = []
     while len(chosen) < count:
-        port = random.randrange(10_000, low - 100)
+        port = random.randrange(LOWEST_TEST_PORT, low - 100)
         if port not in chosen and _can_listen(port):
             chosen.append(port)
     return chosen
+
+
+def _kernel_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
 
 
 def _can_listen(port: int) -> bool:
