@@ -220,9 +220,15 @@ class NewTurn:
 
 def record_turn(conn: Connection, turn: NewTurn) -> None:
     """Append the turn to its session (created first when new)."""
+    now = datetime.now(UTC)
     if turn.new_session:
         create(conn, turn.tenant_id, turn.session_id, turn.user_message)  # sets updated_at
-    now = datetime.now(UTC)
+    else:
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.tenant_id == turn.tenant_id, sessions.c.session_id == turn.session_id)
+            .values(updated_at=now)
+        )
     conn.execute(
         insert(session_turns).values(
             tenant_id=turn.tenant_id,
@@ -234,12 +240,6 @@ def record_turn(conn: Connection, turn: NewTurn) -> None:
             created_at=now,
         )
     )
-    if not turn.new_session:
-        conn.execute(
-            update(sessions)
-            .where(sessions.c.tenant_id == turn.tenant_id, sessions.c.session_id == turn.session_id)
-            .values(updated_at=now)
-        )
 
 
 def history_of(turns: Sequence[Turn], max_bytes: int) -> list[tuple[str, str]]:
