@@ -16,6 +16,12 @@ def number(value: Any, digits: int = 0) -> str:
     return f"{float(value):,.{digits}f}"
 
 
+def by_process(cpu_ms: dict[str, float], digits: int = 1) -> str:
+    """`events 4.1, executor 6.0`: each process that used any CPU (a process a run never
+    reaches, such as the planner over `Run`, reads 0.0 and is left out)."""
+    return ", ".join(f"{name} {number(ms, digits)}" for name, ms in cpu_ms.items() if ms >= 0.05)
+
+
 def spread(values: dict[str, float] | None, digits: int = 2) -> str:
     """`median (p25–p75)` of a saved Spread."""
     if not values:

@@ -9,7 +9,7 @@ from typing import Any
 from . import charts
 from .aims import REACT_BASELINES
 from .context import Context, missing
-from .markdown import number, spread, table
+from .markdown import by_process, number, spread, table
 from .sides import BASELINE_SHORT, SHUTTLE_SIDES, SIDES
 
 
@@ -205,9 +205,9 @@ def _cpu_per_task(figures: dict[str, Any]) -> str:
     cpu = figures.get("cpu_ms_per_task")
     if not cpu:
         return ""
-    shares = ", ".join(f"{name} {number(ms, 1)}" for name, ms in cpu.items() if ms >= 0.05)
+    total = number(sum(cpu.values()), 1)
     return f"""
-CPU per task, by process: {shares} ms; {number(sum(cpu.values()), 1)} ms in all, on two cores.
+CPU per task, by process: {by_process(cpu)} ms; {total} ms in all, on two cores.
 The gateway's share is the `POST` (the task and its session turn recorded in two
 transactions, `StartRun`) and the SSE stream (the workflow looked up, the log followed,
 each event rendered once)."""

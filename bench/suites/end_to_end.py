@@ -97,7 +97,7 @@ async def main(args: argparse.Namespace) -> None:
             together = await asyncio.gather(*(shuttle_run(gateway) for _ in range(concurrency)))
             wall = time.perf_counter() - started
         await bare_client.close()
-        memory = {n: rss_bytes(p.pid) / 2**20 for n, p in stack.supervisor.processes.items()}
+        memory = {name: rss_bytes(process.pid) / 2**20 for name, process in processes.items()}
 
     seconds = [total for total, _, _ in shuttle]
     posted = [answered for _, answered, _ in shuttle]
