@@ -38,7 +38,7 @@ from bench.support.persisting_sides import persisting_sides
 from bench.support.react_sides import Sides, open_sides, run_over, timed
 from bench.support.results import add_common_arguments, save, sized
 from bench.support.spread import Spread
-from bench.support.stack import STACK_ENV, running_stack, scripted_stack
+from bench.support.stack import baseline_names, checkout_env, running_stack, scripted_stack
 
 KS = (1, 5, 20, 50)
 Runner = Callable[[int], Awaitable[None]]
@@ -161,26 +161,6 @@ async def main(args: argparse.Namespace) -> None:
     result = figures(samples)
     print_table(result, runs)
     save(args.json, "react_overhead", {"runs": runs, "ks": list(KS)}, result)
-
-
-def baseline_names(checkouts: list[Path]) -> dict[str, Path]:
-    """Each checkout by its side's name: `baseline` alone, else `baseline:<folder>`."""
-    if len(checkouts) == 1:
-        return {"baseline": checkouts[0]}
-    names = {f"baseline:{checkout.resolve().name}": checkout for checkout in checkouts}
-    if len(names) < len(checkouts):
-        raise SystemExit("--baseline: give checkouts in folders of different names")
-    return names
-
-
-def checkout_env(checkout: Path) -> dict[str, str]:
-    """The stack's settings, its processes importing Shuttle from `checkout`: Python puts
-    the working directory first on the path of `-m` unless told not to (PYTHONSAFEPATH)."""
-    if not (checkout / "services" / "executor" / "__main__.py").is_file():
-        raise SystemExit(f"--baseline {checkout}: not a Shuttle checkout")
-    if not (checkout / "shuttle" / "v1" / "__init__.py").is_file():
-        raise SystemExit(f"--baseline {checkout}: generate its stubs first (make proto there)")
-    return {**STACK_ENV, "PYTHONPATH": str(checkout.resolve()), "PYTHONSAFEPATH": "1"}
 
 
 if __name__ == "__main__":

@@ -9,27 +9,33 @@ its threads, from /proc) over a side's runs is divided by their number; the clie
 process, counts as one of each side's processes. A line fitted through each process's CPU
 per run against K splits it into what a run pays once and what each tool round adds. Beside
 them the wall time per run, and the bare `openai` loop's against the same model. On two
-cores, the sum across processes is what bounds many concurrent runs.
+cores, the sum across processes is what bounds many concurrent runs. With `--baseline DIR`,
+another checkout's five processes take their turns too: a change measured before and after
+in one run.
 
     .venv/bin/python -m bench.suites.run_cpu [--ks 1 20] [--runs 40] [--json PATH]
+        [--baseline DIR ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from bench.peers.hops import hops_peer
 from bench.support.meters import CpuMeter
 from bench.support.react_sides import open_sides, run_over
 from bench.support.results import add_common_arguments, save, sized
-from bench.support.stack import scripted_stack
+from bench.support.stack import baseline_names, checkout_env, running_stack, scripted_stack
+from tests.support.stack import Stack
 
 SERVICES = ("events", "tools", "planner", "executor", "gateway")
 WARM_UP_RUNS = 5
@@ -89,31 +95,41 @@ def fit(ks: list[int], cpu_by_k: list[dict[str, float]]) -> dict[str, dict[str, 
     return lines
 
 
-async def measure(ks: list[int], runs: int) -> dict[str, Any]:
-    with scripted_stack() as (model, stack):
-        sides = open_sides(model, stack, with_langgraph=False)
+async def measure(ks: list[int], runs: int, baselines: list[Path] | None = None) -> dict[str, Any]:
+    names = baseline_names(baselines or [])
+    with scripted_stack() as (model, stack), contextlib.ExitStack() as other:
+        stacks = {"shuttle": stack} | {
+            name: other.enter_context(running_stack(checkout_env(checkout), model.base_url))
+            for name, checkout in names.items()
+        }
+        opened = {name: open_sides(model, s, with_langgraph=False) for name, s in stacks.items()}
         client = os.getpid()
         try:
             async with hops_peer(model.base_url) as hops:
-                shuttle_pids = {n: stack.supervisor.processes[n].pid for n in SERVICES}
                 runners: dict[str, tuple[Runner, dict[str, int]]] = {
-                    "shuttle": (sides.shuttle, shuttle_pids | {"client": client}),
-                    "hops": (partial(run_over, hops.executor), hops.pids | {"client": client}),
-                    "bare": (sides.bare, {"client": client}),
+                    name: (opened[name].shuttle, _pids(s) | {"client": client})
+                    for name, s in stacks.items()
                 }
+                runners["hops"] = (partial(run_over, hops.executor), hops.pids | {"client": client})
+                runners["bare"] = (opened["shuttle"].bare, {"client": client})
                 for run, _ in runners.values():
                     for _ in range(WARM_UP_RUNS):
                         await run(ks[0])
                 by_k = {k: await measure_k(k, runs, runners) for k in ks}
         finally:
-            await sides.close()
+            for sides in opened.values():
+                await sides.close()
     figures: dict[str, Any] = {"ks": ks, "runs": runs, "sides": {}, "fit": {}}
-    for side in ("shuttle", "hops"):
+    for side in [*stacks, "hops"]:
         figures["sides"][side] = {str(k): by_k[k][side] for k in ks}
         cpu = [_active(by_k[k][side]["cpu_ms_per_run"]) for k in ks]
         figures["fit"][side] = fit(ks, [{n: c.get(n, 0.0) for n in cpu[-1]} for c in cpu])
     figures["bare_wall_ms_median"] = {str(k): by_k[k]["bare"]["wall_ms_median"] for k in ks}
     return figures
+
+
+def _pids(stack: Stack) -> dict[str, int]:
+    return {name: stack.supervisor.processes[name].pid for name in SERVICES}
 
 
 def _active(cpu: dict[str, float]) -> dict[str, float]:
@@ -122,29 +138,40 @@ def _active(cpu: dict[str, float]) -> dict[str, float]:
 
 
 def print_figures(figures: dict[str, Any]) -> None:
+    sides = list(figures["sides"])
+    heading = " / ".join("hops peer" if side == "hops" else side for side in sides)
     for k in figures["ks"]:
-        shuttle = figures["sides"]["shuttle"][str(k)]
-        hops = figures["sides"]["hops"][str(k)]
-        print(f"K={k}: ms of CPU per run (Shuttle / hops peer)")
-        for name in shuttle["cpu_ms_per_run"]:
-            theirs = hops["cpu_ms_per_run"].get(name)
-            peer = f"{theirs:7.1f}" if theirs is not None else "      —"
-            print(f"  {name:<9} {shuttle['cpu_ms_per_run'][name]:7.1f} {peer}")
+        at_k = {side: figures["sides"][side][str(k)] for side in sides}
+        print(f"K={k}: ms of CPU per run ({heading})")
+        for name in at_k["shuttle"]["cpu_ms_per_run"]:
+            cells = [at_k[side]["cpu_ms_per_run"].get(name) for side in sides]
+            row = "".join(f" {cell:7.1f}" if cell is not None else "       —" for cell in cells)
+            print(f"  {name:<9}{row}")
+        walls = " / ".join(f"{at_k[side]['wall_ms_median']:.1f}" for side in sides)
         print(
-            f"  wall per run {shuttle['wall_ms_median']:.1f} / {hops['wall_ms_median']:.1f} ms"
-            f" (median); bare openai loop {figures['bare_wall_ms_median'][str(k)]:.1f} ms"
+            f"  wall per run {walls} ms (median); "
+            f"bare openai loop {figures['bare_wall_ms_median'][str(k)]:.1f} ms"
         )
-    print("fit, ms of CPU: once per run / per tool round (Shuttle | hops peer)")
-    for name, line in figures["fit"]["shuttle"].items():
-        theirs = figures["fit"]["hops"].get(name)
-        peer = f"{theirs['fixed_ms']:7.1f} / {theirs['per_iteration_ms']:5.2f}" if theirs else "—"
-        print(f"  {name:<9} {line['fixed_ms']:7.1f} / {line['per_iteration_ms']:5.2f} | {peer}")
+    print(f"fit, ms of CPU: once per run / per tool round ({heading})")
+    for name in figures["fit"]["shuttle"]:
+        lines = [figures["fit"][side].get(name) for side in sides]
+        cells = [
+            f"{line['fixed_ms']:6.1f} / {line['per_iteration_ms']:5.2f}" if line else "—"
+            for line in lines
+        ]
+        print(f"  {name:<9} " + " | ".join(cells))
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ks", type=int, nargs="+", help="tool rounds per run (1 20)")
     parser.add_argument("--runs", type=int, help="measured runs per side and K (40; quick 8)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        action="append",
+        help="another checkout whose processes run as a side too (repeatable)",
+    )
     add_common_arguments(parser)
     args = parser.parse_args()
     ks = sorted(set(args.ks or ([1, 5] if args.quick else [1, 20])))
@@ -152,7 +179,7 @@ async def main() -> None:
         parser.error("--ks needs two values or more: the fit splits CPU by K")
     # Whole rounds: each side makes as many runs in each.
     runs = max(ROUNDS, sized(args.runs, args.quick, full=40, small=8) // ROUNDS * ROUNDS)
-    figures = await measure(ks, runs)
+    figures = await measure(ks, runs, args.baseline)
     print_figures(figures)
     save(args.json, "run_cpu", {"ks": ks, "runs": runs}, figures)
 

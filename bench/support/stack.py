@@ -1,4 +1,5 @@
-"""The five Shuttle processes for a benchmark, on the embedded defaults, in a scratch dir."""
+"""The five Shuttle processes for a benchmark, on the embedded defaults, in a scratch dir;
+another checkout's five as a side of their own (`--baseline DIR`)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,23 @@ def scripted_stack(latency_seconds: float = 0.0) -> Iterator[tuple[ModelProcess,
         running_stack(STACK_ENV, model.base_url) as stack,
     ):
         yield model, stack
+
+
+def baseline_names(checkouts: list[Path]) -> dict[str, Path]:
+    """Each checkout by its side's name: `baseline` alone, else `baseline:<folder>`."""
+    if len(checkouts) == 1:
+        return {"baseline": checkouts[0]}
+    names = {f"baseline:{checkout.resolve().name}": checkout for checkout in checkouts}
+    if len(names) < len(checkouts):
+        raise SystemExit("--baseline: give checkouts in folders of different names")
+    return names
+
+
+def checkout_env(checkout: Path) -> dict[str, str]:
+    """The stack's settings, its processes importing Shuttle from `checkout`: Python puts
+    the working directory first on the path of `-m` unless told not to (PYTHONSAFEPATH)."""
+    if not (checkout / "services" / "executor" / "__main__.py").is_file():
+        raise SystemExit(f"--baseline {checkout}: not a Shuttle checkout")
+    if not (checkout / "shuttle" / "v1" / "__init__.py").is_file():
+        raise SystemExit(f"--baseline {checkout}: generate its stubs first (make proto there)")
+    return {**STACK_ENV, "PYTHONPATH": str(checkout.resolve()), "PYTHONSAFEPATH": "1"}

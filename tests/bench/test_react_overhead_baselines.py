@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.suites.react_overhead import baseline_names, round_order
+from bench.suites.react_overhead import round_order
+from bench.support.stack import baseline_names
 
 
 def test_one_checkout_is_the_baseline_side() -> None:
