@@ -13,6 +13,7 @@ from services.executor.adapters.events import (
 from services.executor.adapters.planner import PlannerClient
 from services.executor.adapters.tools import ToolClient
 from services.executor.adapters.tracing import TracedTools
+from services.executor.commands.feed import CommandFeed
 from services.executor.dag.steps import StepLimits
 from services.executor.dag.team import TeamSettings
 from services.executor.engine.settings import AgentSettings
@@ -66,7 +67,7 @@ async def build(settings: Settings) -> GrpcService:
         llm=llm,
         settings=AgentSettings.from_settings(settings),
         router=planner,
-        commands=events,
+        commands=CommandFeed(events),
         selector=planner,
         emitter=EmitterSettings(settings.events_batch_max, settings.events_linger_ms / 1000),
         planner=planner,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.executor.agents import ActiveRun, Catalog, RunAgents, started_at
-from services.executor.commands.feed import CommandFeed, CommandSource
+from services.executor.commands.feed import CommandFeed
 from services.executor.dag.ports import DagPlanner, ModelPicker, PlanningFailed
 from services.executor.dag.steps import StepLimits
 from services.executor.dag.team import TeamSettings
@@ -76,7 +76,7 @@ class RunManager:
         settings: AgentSettings,
         router: Router | None = None,
         *,
-        commands: CommandSource | None = None,
+        commands: CommandFeed | None = None,
         selector: ToolSelector | None = None,
         emitter: EmitterSettings | None = None,
         planner: DagPlanner | None = None,
@@ -105,7 +105,7 @@ class RunManager:
         self._sinks = sinks
         self._tools = tools
         self._llm = llm
-        self._commands = CommandFeed(commands) if commands is not None else None
+        self._commands = commands
         self._emitter = emitter or EmitterSettings()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._runs: dict[str, ActiveRun] = {}

@@ -17,6 +17,7 @@ from services.events.__main__ import build as build_events
 from services.executor.adapters.events import GrpcRunLog, GrpcWorkflowRegistry, run_sink
 from services.executor.adapters.planner import PlannerClient
 from services.executor.adapters.tools import ToolClient
+from services.executor.commands.feed import IDLE_CLOSE_SECONDS, CommandFeed
 from services.executor.dag.ports import ModelPicker
 from services.executor.dag.steps import StepLimits
 from services.executor.dag.team import TeamSettings
@@ -91,6 +92,7 @@ class Backends:
         emitter: EmitterSettings | None = None,
         models: ModelPicker | None = None,
         router: Router | None = None,
+        feed_idle_seconds: float = IDLE_CLOSE_SECONDS,
         **overrides: Any,
     ) -> RunManager:
         """Without a `router`, runs that name no mode run STANDARD."""
@@ -103,7 +105,7 @@ class Backends:
             tools=self.tools,
             llm=llm,
             settings=settings,
-            commands=self.client,
+            commands=CommandFeed(self.client, feed_idle_seconds),
             selector=selector or self.planner,
             planner=self.planner,
             team=team,

@@ -13,12 +13,12 @@ from services.executor.ports import RunRequest
 from shuttle.events_client import EventsClient
 from shuttle.grpc_client import open_channel
 from shuttle.llm.openai_model import OpenAIModel
-from shuttle.metrics import APPEND_STREAMS, GRPC_SECONDS
+from shuttle.metrics import APPEND_STREAMS
 from shuttle.settings import Settings
 from shuttle.v1 import events_pb2_grpc
 from shuttle.workflow_log import EventDraft
 from tests.executor.conftest import TENANT, Backends, read_log, types_of
-from tests.executor.test_command_feed import gauge
+from tests.executor.test_command_feed import calls_ended, gauge
 from tests.support.holding_model import until
 from tests.support.scripted_openai import ScriptedOpenAI, text
 
@@ -27,13 +27,7 @@ RUNS = 3
 
 def unary_appends() -> float:
     """Append calls the events service of this process has answered."""
-    return sum(
-        sample.value
-        for metric in GRPC_SECONDS.collect()
-        for sample in metric.samples
-        if sample.name.endswith("_count")
-        and sample.labels["method"] == "/shuttle.v1.EventService/Append"
-    )
+    return calls_ended("/shuttle.v1.EventService/Append")
 
 
 async def test_the_runs_of_a_process_append_over_one_call(

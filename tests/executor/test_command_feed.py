@@ -13,16 +13,29 @@ from services.executor.ports import RunRequest
 from shuttle.events_client import EventsClient
 from shuttle.grpc_client import open_channel
 from shuttle.llm.openai_model import OpenAIModel
-from shuttle.metrics import COMMAND_FEEDS, COMMAND_WATCHES
+from shuttle.metrics import COMMAND_FEEDS, COMMAND_WATCHES, GRPC_SECONDS
 from shuttle.settings import Settings
 from shuttle.v1 import events_pb2, events_pb2_grpc
 from shuttle.workflow_log import LogCommand
 from tests.executor.conftest import TENANT, Backends, first, types_of
 from tests.support.holding_model import HoldingModel, until
+from tests.support.scripted_openai import ScriptedOpenAI, text
+
+FOLLOW_COMMANDS = "/shuttle.v1.EventService/FollowCommands"
 
 
 def gauge(metric: Any) -> float:
     return float(metric.collect()[0].samples[0].value)
+
+
+def calls_ended(method: str) -> float:
+    """Calls of `method` the gRPC servers of this process have ended, whatever their code."""
+    return sum(
+        sample.value
+        for metric in GRPC_SECONDS.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_count") and sample.labels["method"] == method
+    )
 
 
 async def test_runs_share_one_stream_and_a_command_from_another_replica_reaches_its_run(
@@ -30,7 +43,9 @@ async def test_runs_share_one_stream_and_a_command_from_another_replica_reaches_
 ) -> None:
     feeds, watches = gauge(COMMAND_FEEDS), gauge(COMMAND_WATCHES)
     llm = OpenAIModel(holding_model.base_url, "test-key", "scripted-model", 10.0, 0)
-    runs = backends.run_manager(llm, completion_check=False, reflection_interval=0)
+    runs = backends.run_manager(
+        llm, completion_check=False, reflection_interval=0, feed_idle_seconds=0.2
+    )
     held = [await runs.start(RunRequest(query="hold", tenant_id=TENANT)) for _ in range(4)]
     target = await runs.start(RunRequest(query="until interrupted", tenant_id=TENANT))
     await until(lambda: holding_model.held == len(held), "every held run waits on the model")
@@ -49,10 +64,28 @@ async def test_runs_share_one_stream_and_a_command_from_another_replica_reaches_
     holding_model.release()
     for workflow_id in held:
         assert types_of(await backends.read_log(workflow_id))[-1] == "STREAM_END"
-    # Nothing left to follow: the stream is closed.
+    # Nothing left to follow: the stream is closed once it has been idle a while.
     await until(lambda: gauge(COMMAND_FEEDS) == feeds, "the idle feed closes")
     assert gauge(COMMAND_WATCHES) == watches
     await runs.shutdown()
+
+
+async def test_runs_one_after_another_keep_the_feed_open(
+    backends: Backends, model: ScriptedOpenAI
+) -> None:
+    model.script(*[text("Nothing to compute.") for _ in range(4)])
+    feeds, ended = gauge(COMMAND_FEEDS), calls_ended(FOLLOW_COMMANDS)
+    llm = OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0)
+    runs = backends.run_manager(llm, completion_check=False, reflection_interval=0)
+    for _ in range(2):
+        workflow_id = await runs.start(RunRequest(query="Say hello", tenant_id=TENANT))
+        assert types_of(await backends.read_log(workflow_id))[-1] == "STREAM_END"
+        await until(lambda: runs.active_runs == 0, "the run is over")
+        # Nothing is watched now, yet the feed waits for the next run.
+        assert gauge(COMMAND_FEEDS) == feeds + 1
+    assert calls_ended(FOLLOW_COMMANDS) == ended
+    await runs.shutdown()
+    await until(lambda: gauge(COMMAND_FEEDS) == feeds, "the feed closes with the runs")
 
 
 class CountingReceiver(RunReceiver):

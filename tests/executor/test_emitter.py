@@ -13,6 +13,7 @@ import pytest
 from services.events.__main__ import build as build_events
 from services.executor.adapters.events import GrpcWorkflowRegistry
 from services.executor.adapters.tools import ToolClient
+from services.executor.commands.feed import CommandFeed
 from services.executor.log.emitter import EmitterFailed, EventEmitter
 from services.executor.ports import RunRequest
 from services.executor.runs import EmitterSettings, RunManager
@@ -263,7 +264,7 @@ async def test_a_run_survives_an_events_service_restart_with_nothing_lost(
         tools=ToolClient(tools_channel, 10),
         llm=OpenAIModel(model.base_url, "test-key", "scripted-model", 10.0, 0),
         settings=agent_defaults(),
-        commands=client,
+        commands=CommandFeed(client),
     )
     try:
         workflow_id = await runs.start(RunRequest(query="2*2 and 3*3", tenant_id=TENANT))

@@ -4,7 +4,8 @@ Any replica may append them, so that no command has to be routed to the replica 
 workflow; this is how that replica sees them. One feed per process carries the commands of
 every run it owns: a stream per run would hold a gRPC call's memory for the whole run. A
 broken feed (an events service restart) is opened again and every run watched again from the
-seq after the last one it received.
+seq after the last one it received. With nothing left to watch it stays open a while for the
+next run: opening the call costs both processes more than a run's own watch.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ log = logging.getLogger(__name__)
 
 RECONNECT_FIRST_SECONDS = 0.05
 RECONNECT_MAX_SECONDS = 1.0
+# How long a feed with no run left to watch stays open. Runs one after another each opened
+# and closed a FollowCommands call, which cost a K = 1 run about 0.9 ms of CPU across
+# the executor and the events service (`python -m bench.suites.run_cpu`).
+IDLE_CLOSE_SECONDS = 30.0
 
 
 class CommandSource(Protocol):
@@ -78,13 +83,17 @@ class _Watched:
 
 class CommandFeed:
     """The commands of every registered run over one session, opened on the first
-    registration and closed once nothing is registered."""
+    registration and closed once nothing has been registered for `idle_close_seconds`."""
 
-    def __init__(self, source: CommandSource) -> None:
+    def __init__(
+        self, source: CommandSource, idle_close_seconds: float = IDLE_CLOSE_SECONDS
+    ) -> None:
         self._source = source
+        self._idle_close_seconds = idle_close_seconds
         self._watched: dict[str, _Watched] = {}
         self._requests: asyncio.Queue[WatchRequest | None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     @property
     def watched(self) -> int:
@@ -96,6 +105,7 @@ class CommandFeed:
         """Watch the run's commands from `from_seq` (a run taken over has read those
         before it from the log already)."""
         self._watched[workflow_id] = _Watched(tenant_id, receiver, from_seq)
+        self._stop_idle_timer()
         if self._requests is not None:
             self._requests.put_nowait(Watch(workflow_id, tenant_id, from_seq))
         if self._task is None:
@@ -110,15 +120,32 @@ class CommandFeed:
         self._close_if_idle()
 
     async def close(self) -> None:
+        self._stop_idle_timer()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
     def _close_if_idle(self) -> None:
+        if self._watched or self._requests is None or self._idle_timer is not None:
+            return
+        if self._idle_close_seconds <= 0:
+            self._close_now()
+        else:
+            self._idle_timer = asyncio.get_running_loop().call_later(
+                self._idle_close_seconds, self._close_now
+            )
+
+    def _close_now(self) -> None:
+        self._idle_timer = None
         if not self._watched and self._requests is not None:
             self._requests.put_nowait(None)
             self._requests = None
+
+    def _stop_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
 
     async def _run(self) -> None:
         delay = RECONNECT_FIRST_SECONDS
