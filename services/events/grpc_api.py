@@ -3,42 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterator
-from contextlib import AbstractContextManager
-from typing import Any
 
 import grpc
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.propagate import extract
-from opentelemetry.trace import Span, SpanKind
 from sqlalchemy.exc import SQLAlchemyError
 
 from shuttle.grpc_auth import caller_role
-from shuttle.grpc_client import TENANT_METADATA_KEY, status_code
-from shuttle.metrics import APPEND_STREAMS, COMMAND_FEEDS, GRPC_SECONDS
+from shuttle.metrics import COMMAND_FEEDS
 from shuttle.v1 import events_pb2
 
 from .claims import claim_runs
 from .command_watches import CommandWatches, WatchItem
-from .concurrent_calls import answered_concurrently
 from .errors import EventsError, InvalidArgument
+from .grpc_append_stream import AppendStreamCaller, append_stream_answers
 from .grpc_status import abort_with, answered, status_of
+from .grpc_tenancy import agreed_tenant, caller_tenant
 from .leases import LeaseStore
 from .log import EventLog
 from .messages import event_type_names, new_events, workflow_message
 from .roles import check_append
-from .wire import SERVICE_NAME, EventEncoder, event_message
+from .wire import EventEncoder, event_message
 
 log = logging.getLogger(__name__)
-
-
-ServicerContext = grpc.aio.ServicerContext[Any, Any]
-_TRACER = trace.get_tracer(__name__)
-_APPEND_STREAM_METHOD = f"/{SERVICE_NAME}/AppendStream"
 
 
 class EventServiceServicer:
@@ -65,7 +52,7 @@ class EventServiceServicer:
         record = await answered(
             context,
             self._log.create_workflow(
-                tenant_id=await _tenant(context, request.tenant_id),
+                tenant_id=await caller_tenant(context, request.tenant_id),
                 owner=request.owner,
                 query=request.query,
                 session_id=request.session_id,
@@ -82,7 +69,7 @@ class EventServiceServicer:
         request: events_pb2.GetWorkflowRequest,
         context: grpc.aio.ServicerContext[events_pb2.GetWorkflowRequest, events_pb2.Workflow],
     ) -> events_pb2.Workflow:
-        tenant = await _tenant(context, request.tenant_id)
+        tenant = await caller_tenant(context, request.tenant_id)
         record = await answered(
             context, self._log.get_workflow(request.workflow_id, tenant, with_spec=True)
         )
@@ -93,7 +80,7 @@ class EventServiceServicer:
         request: events_pb2.AppendRequest,
         context: grpc.aio.ServicerContext[events_pb2.AppendRequest, events_pb2.AppendResponse],
     ) -> events_pb2.AppendResponse:
-        tenant = await _tenant(context, request.tenant_id)
+        tenant = await caller_tenant(context, request.tenant_id)
         try:
             batch = new_events(request.events)
             check_append("Append", caller_role.get(), batch)
@@ -117,52 +104,17 @@ class EventServiceServicer:
         request_iterator: AsyncIterable[events_pb2.AppendCall],
         context: grpc.aio.ServicerContext[events_pb2.AppendCall, events_pb2.AppendAnswer],
     ) -> AsyncIterator[events_pb2.AppendAnswer]:
-        caller = await _tenant(context, "")
-        role = caller_role.get()
-
-        async def answer(call: events_pb2.AppendCall) -> events_pb2.AppendAnswer:
-            started = time.perf_counter()
-            answered = await append(call)
-            code = status_code(answered.error.code).name  # no error: 0, OK
-            # One observation per batch, as a unary Append would give.
-            GRPC_SECONDS.labels(_APPEND_STREAM_METHOD, code).observe(time.perf_counter() - started)
-            return answered
-
-        async def append(call: events_pb2.AppendCall) -> events_pb2.AppendAnswer:
-            """The batch's answer; a failure of one batch never ends the call."""
-            request = call.request
-            try:
-                tenant = _agreed_tenant(caller, request.tenant_id)
-                with _batch_trace(call, self._records_spans):
-                    batch = new_events(request.events)
-                    check_append("AppendStream", role, batch)
-                    seqs = await self._log.append(
-                        request.workflow_id,
-                        tenant,
-                        batch,
-                        producer_id=request.producer_id,
-                        batch_seq=request.batch_seq,
-                        lease_epoch=request.lease_epoch,
-                    )
-            except Exception as exc:
-                code, details = status_of(exc, "append")
-                error = events_pb2.AppendError(code=code.value[0], message=details)
-                return events_pb2.AppendAnswer(id=call.id, error=error)
-            return events_pb2.AppendAnswer(id=call.id, seqs=seqs)
-
-        APPEND_STREAMS.inc()
-        try:
-            async for answer_message in answered_concurrently(request_iterator, answer):
-                yield answer_message
-        finally:
-            APPEND_STREAMS.dec()
+        tenant = await caller_tenant(context, "")
+        caller = AppendStreamCaller(self._log, tenant, caller_role.get(), self._records_spans)
+        async for answer in append_stream_answers(request_iterator, caller):
+            yield answer
 
     async def Stream(
         self,
         request: events_pb2.StreamRequest,
         context: grpc.aio.ServicerContext[events_pb2.StreamRequest, bytes],
     ) -> AsyncIterator[bytes]:
-        tenant = await _tenant(context, request.tenant_id)
+        tenant = await caller_tenant(context, request.tenant_id)
         events = self._log.stream(
             request.workflow_id,
             tenant,
@@ -180,7 +132,7 @@ class EventServiceServicer:
         request: events_pb2.StreamRequest,
         context: grpc.aio.ServicerContext[events_pb2.StreamRequest, bytes],
     ) -> AsyncIterator[bytes]:
-        tenant = await _tenant(context, request.tenant_id)
+        tenant = await caller_tenant(context, request.tenant_id)
         batches = self._log.stream_batches(
             request.workflow_id,
             tenant,
@@ -199,7 +151,7 @@ class EventServiceServicer:
         request: events_pb2.ListRequest,
         context: grpc.aio.ServicerContext[events_pb2.ListRequest, events_pb2.ListResponse],
     ) -> events_pb2.ListResponse:
-        tenant = await _tenant(context, request.tenant_id)
+        tenant = await caller_tenant(context, request.tenant_id)
         page = await answered(
             context,
             self._log.list_events(
@@ -222,7 +174,7 @@ class EventServiceServicer:
             events_pb2.DeleteWorkflowsRequest, events_pb2.DeleteWorkflowsResponse
         ],
     ) -> events_pb2.DeleteWorkflowsResponse:
-        tenant = await _tenant(context, request.tenant_id)
+        tenant = await caller_tenant(context, request.tenant_id)
         deleted, removed = await answered(
             context, self._log.delete_workflows(tenant, list(request.workflow_ids))
         )
@@ -233,7 +185,7 @@ class EventServiceServicer:
         request: events_pb2.RenewLeaseRequest,
         context: grpc.aio.ServicerContext[events_pb2.RenewLeaseRequest, events_pb2.Workflow],
     ) -> events_pb2.Workflow:
-        tenant = await _tenant(context, request.tenant_id)
+        tenant = await caller_tenant(context, request.tenant_id)
         record = await answered(
             context,
             self._leases.renew(
@@ -260,7 +212,7 @@ class EventServiceServicer:
         request: events_pb2.ReleaseLeaseRequest,
         context: grpc.aio.ServicerContext[events_pb2.ReleaseLeaseRequest, events_pb2.Workflow],
     ) -> events_pb2.Workflow:
-        tenant = await _tenant(context, request.tenant_id)
+        tenant = await caller_tenant(context, request.tenant_id)
         record = await answered(
             context,
             self._leases.release(request.workflow_id, tenant, request.owner, request.epoch),
@@ -272,7 +224,7 @@ class EventServiceServicer:
         request_iterator: AsyncIterable[events_pb2.CommandWatch],
         context: grpc.aio.ServicerContext[events_pb2.CommandWatch, events_pb2.CommandFeed],
     ) -> AsyncIterator[events_pb2.CommandFeed]:
-        caller = await _tenant(context, "")
+        caller = await caller_tenant(context, "")
         watches = CommandWatches(self._log)
         reader = asyncio.create_task(_read_watches(request_iterator, watches, caller))
         COMMAND_FEEDS.inc()
@@ -296,7 +248,7 @@ async def _read_watches(
             if action == "watch":
                 watch = request.watch
                 try:
-                    tenant = _agreed_tenant(caller, watch.tenant_id)
+                    tenant = agreed_tenant(caller, watch.tenant_id)
                 except InvalidArgument as mismatch:
                     watches.refuse(watch.workflow_id, mismatch)
                 else:
@@ -324,57 +276,3 @@ def _feed_messages(item: WatchItem, encoder: EventEncoder) -> Iterator[events_pb
         last.error.code = code.value[0]
         last.error.message = details
     yield last
-
-
-async def _tenant(context: ServicerContext, field_value: str) -> str:
-    """The caller's tenant: the x-shuttle-tenant metadata, else the request's tenant_id;
-    both set and different is refused rather than guessed."""
-    from_metadata = ""
-    for key, value in context.invocation_metadata() or ():
-        if key == TENANT_METADATA_KEY:
-            from_metadata = value if isinstance(value, str) else value.decode()
-    try:
-        return _agreed_tenant(from_metadata, field_value)
-    except InvalidArgument as mismatch:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(mismatch))
-        raise AssertionError("context.abort returned") from None
-
-
-def _agreed_tenant(from_metadata: str, field_value: str) -> str:
-    """The metadata's tenant, else the field's; InvalidArgument when both are set and differ."""
-    if from_metadata and field_value and from_metadata != field_value:
-        raise InvalidArgument(
-            f"tenant_id {field_value!r} differs from the {TENANT_METADATA_KEY} metadata "
-            f"{from_metadata!r}: send one tenant"
-        )
-    return from_metadata or field_value
-
-
-def _batch_trace(call: events_pb2.AppendCall, records_spans: bool) -> AbstractContextManager[Span]:
-    """One AppendStream batch in its producer's trace (the call itself, which outlives many
-    runs, is not traced), so that its events name that trace (see new_events): a span of the
-    batch's own, or, where spans are not recorded, the producer's span as the traceparent
-    names it. Under a hundred runs, starting a span and parsing the header per batch took
-    7 % of this service's CPU (py-spy) for spans nobody records."""
-    if not records_spans and call.traceparent:
-        producer = _producer_span(call.traceparent)
-        if producer.get_span_context().is_valid:
-            return trace.use_span(producer)
-    return _TRACER.start_as_current_span(
-        _APPEND_STREAM_METHOD,
-        context=extract({"traceparent": call.traceparent}) if call.traceparent else Context(),
-        kind=SpanKind.SERVER,
-        attributes={
-            "rpc.system": "grpc",
-            "rpc.service": SERVICE_NAME,
-            "rpc.method": "AppendStream",
-            "shuttle.workflow_id": call.request.workflow_id,
-        },
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def _producer_span(traceparent: str) -> Span:
-    """A run's batches mostly carry the same traceparent; the propagator's parse looks its
-    regex up by the compiled pattern's hash on every call."""
-    return trace.get_current_span(extract({"traceparent": traceparent}))

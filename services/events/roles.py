@@ -34,7 +34,7 @@ CALLER_ROLES = method_roles(
         "RenewLease": {EXECUTOR},
         "ClaimRuns": {EXECUTOR},
         "ReleaseLease": {EXECUTOR},
-        "AppendStream": {EXECUTOR},
+        "AppendStream": {EXECUTOR},  # its batches, and workflows as CreateWorkflow makes them
         "FollowCommands": {EXECUTOR},
         "DeleteWorkflows": {GATEWAY},
         "Append": {EXECUTOR, TOOLS, PLANNER},

@@ -5,7 +5,8 @@ A unary Append costs the events service about twice the CPU of one message on a 
 Batches are matched to their answers by id. A batch the events service refuses comes back
 with its own error; a broken call fails the batches in flight as unavailable, which their
 producers resend under the same batch number (the events service answers a repeat with the
-first seqs), and the next batch opens a new call.
+first seqs), and the next batch opens a new call. The process's new workflows go over the
+same call, for the same saving; a creation is never resent.
 """
 
 from __future__ import annotations
@@ -41,23 +42,37 @@ class AppendStream:
     ) -> events_pb2.AppendAnswer:
         """The batch's answer: its seqs, or the error that refused it. Raises
         AppendStreamBroken (resend)."""
+        return await self._ask(events_pb2.AppendCall(request=request), timeout_seconds)
+
+    async def create(
+        self, request: events_pb2.CreateWorkflowRequest, timeout_seconds: float
+    ) -> events_pb2.AppendAnswer:
+        """The new workflow, or the error that refused it. Raises AppendStreamBroken: then
+        whether the workflow was made is unknown."""
+        return await self._ask(events_pb2.AppendCall(create=request), timeout_seconds)
+
+    async def _ask(
+        self, call: events_pb2.AppendCall, timeout_seconds: float
+    ) -> events_pb2.AppendAnswer:
         outbox = self._outbox if self._outbox is not None else self._open()
         self._next_id += 1
-        call_id = self._next_id
+        call_id = call.id = self._next_id
         answer: asyncio.Future[events_pb2.AppendAnswer] = asyncio.get_running_loop().create_future()
         self._waiting[call_id] = answer
         carrier: dict[str, str] = {}
-        inject(carrier)  # the run's trace travels with its batch, not with the call
-        outbox.put_nowait(
-            events_pb2.AppendCall(
-                id=call_id, request=request, traceparent=carrier.get("traceparent", "")
-            )
+        inject(carrier)  # the run's trace travels with its call, not with the stream
+        call.traceparent = carrier.get("traceparent", "")
+        outbox.put_nowait(call)
+        # Not asyncio.wait_for: its timer keeps the caller's context until the timer is due,
+        # cancelled or not, and a run created from a request would keep the request's span
+        # alive for as long (tests/executor/test_run_footprint.py).
+        timer = asyncio.get_running_loop().call_later(
+            timeout_seconds, _expire, answer, context=contextvars.Context()
         )
         try:
-            return await asyncio.wait_for(answer, timeout_seconds)
-        except TimeoutError:
-            raise AppendStreamBroken("DEADLINE_EXCEEDED: no answer to the batch in time") from None
+            return await answer
         finally:
+            timer.cancel()
             self._waiting.pop(call_id, None)
 
     async def close(self) -> None:
@@ -97,6 +112,11 @@ class AppendStream:
             for waiting in self._waiting.values():
                 if not waiting.done():
                     waiting.set_exception(failure)
+
+
+def _expire(answer: asyncio.Future[events_pb2.AppendAnswer]) -> None:
+    if not answer.done():
+        answer.set_exception(AppendStreamBroken("DEADLINE_EXCEEDED: no answer in time"))
 
 
 async def _drain(

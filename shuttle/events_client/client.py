@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Collection, Sequence
 import grpc
 
 from shuttle.envelope import type_value
-from shuttle.events_client.append_stream import AppendStream
+from shuttle.events_client.append_stream import AppendStream, AppendStreamBroken
 from shuttle.events_client.commands import follow_commands
 from shuttle.events_client.follow import Upstream, follow
 from shuttle.events_client.producer import APPEND_TIMEOUT_SECONDS, Producer
-from shuttle.grpc_client import tenant_metadata
+from shuttle.grpc_client import status_code, tenant_metadata
 from shuttle.v1 import events_pb2, events_pb2_grpc
 from shuttle.workflow_log import EventDraft, FeedItem, WatchRequest
 
@@ -62,27 +62,41 @@ class EventsClient:
         spec_json: str = "",
         lease_owner: str = "",
         lease_ttl_seconds: float = 0.0,
+        over_stream: bool = False,
     ) -> str:
         """A new workflow's id (`workflow_id` when given). With `lease_owner` it is created
         leased to it at epoch 1 for `lease_ttl_seconds`; `spec_json` (the run's request)
-        comes back to whoever takes the run over."""
+        comes back to whoever takes the run over. With `over_stream` the request goes over
+        the process's AppendStream call, as a process creating many workflows wants.
+        A refusal raises grpc.aio.AioRpcError either way, with the events service's status."""
         if lease_owner and lease_ttl_seconds <= 0:
             raise ValueError(f"lease_ttl_seconds must be positive (got {lease_ttl_seconds})")
+        request = events_pb2.CreateWorkflowRequest(
+            tenant_id=tenant_id,
+            owner=owner,
+            query=query,
+            session_id=session_id,
+            workflow_id=workflow_id,
+            spec_json=spec_json,
+            lease_owner=lease_owner,
+            lease_ttl_ms=_milliseconds(lease_ttl_seconds) if lease_owner else 0,
+        )
+        if over_stream:
+            return await self._create_over_stream(request)
         workflow = await self._stub.CreateWorkflow(
-            events_pb2.CreateWorkflowRequest(
-                tenant_id=tenant_id,
-                owner=owner,
-                query=query,
-                session_id=session_id,
-                workflow_id=workflow_id,
-                spec_json=spec_json,
-                lease_owner=lease_owner,
-                lease_ttl_ms=_milliseconds(lease_ttl_seconds) if lease_owner else 0,
-            ),
-            timeout=CALL_TIMEOUT_SECONDS,
-            metadata=tenant_metadata(tenant_id),
+            request, timeout=CALL_TIMEOUT_SECONDS, metadata=tenant_metadata(tenant_id)
         )
         return str(workflow.workflow_id)
+
+    async def _create_over_stream(self, request: events_pb2.CreateWorkflowRequest) -> str:
+        try:
+            answer = await self._shared_stream().create(request, CALL_TIMEOUT_SECONDS)
+        except AppendStreamBroken as broken:
+            # Not resent: the workflow may have been made, and a resend would make another.
+            raise _status_error(grpc.StatusCode.UNAVAILABLE, str(broken)) from None
+        if answer.HasField("error"):
+            raise _status_error(status_code(answer.error.code), answer.error.message)
+        return str(answer.workflow.workflow_id)
 
     def producer(
         self,
@@ -101,14 +115,12 @@ class EventsClient:
         process appending for many runs wants; `sizes` may lower the event and batch
         limits (`event_max_bytes`, `batch_max_bytes`). With a `lease_epoch` every batch is
         fenced on it: once the run is taken over, appends raise LogFenced."""
-        if shared_stream and self._append_stream is None:
-            self._append_stream = AppendStream(self._streams)
         return Producer(
             self._stub,
             workflow_id,
             tenant_id,
             name=name,
-            stream=self._append_stream if shared_stream else None,
+            stream=self._shared_stream() if shared_stream else None,
             retry_seconds=self.retry_seconds if retry_seconds is None else retry_seconds,
             timeout_seconds=timeout_seconds,
             lease_epoch=lease_epoch,
@@ -235,11 +247,21 @@ class EventsClient:
         """One FollowCommands session over the process's streams channel (see commands.py)."""
         return follow_commands(self._streams, requests)
 
+    def _shared_stream(self) -> AppendStream:
+        if self._append_stream is None:
+            self._append_stream = AppendStream(self._streams)
+        return self._append_stream
+
     async def close(self) -> None:
         """End the shared AppendStream call; the channels are their opener's to close."""
         if self._append_stream is not None:
             await self._append_stream.close()
             self._append_stream = None
+
+
+def _status_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    """A refusal that came as a message, raised as the unary call would have raised it."""
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
 
 
 def _milliseconds(seconds: float) -> int:

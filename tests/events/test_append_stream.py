@@ -63,6 +63,17 @@ class Appender:
         )
         return self._sent
 
+    def send_create(self, workflow_id: str = "", tenant: str = "t1", **fields: object) -> int:
+        """A CreateWorkflow request as an AppendCall of its own."""
+        self._sent += 1
+        create = events_pb2.CreateWorkflowRequest(
+            tenant_id=tenant,
+            workflow_id=workflow_id,
+            **fields,  # type: ignore[arg-type]
+        )
+        self._outbox.put_nowait(events_pb2.AppendCall(id=self._sent, create=create))
+        return self._sent
+
     async def answers(self, count: int) -> dict[int, events_pb2.AppendAnswer]:
         found: dict[int, events_pb2.AppendAnswer] = {}
         async with asyncio.timeout(30):

@@ -224,3 +224,19 @@ async def test_append_stream_is_the_executors_and_refuses_its_batches_of_approva
     assert isinstance(accepted, events_pb2.AppendAnswer) and list(accepted.seqs) == [3]
     queue.put_nowait(None)
     assert await call.code() == grpc.StatusCode.OK
+
+
+async def test_only_the_executor_creates_workflows_over_append_stream(events: Events) -> None:
+    async def one_create() -> AsyncIterator[events_pb2.AppendCall]:
+        create = events_pb2.CreateWorkflowRequest(tenant_id=TENANT, workflow_id="wf-forged")
+        yield events_pb2.AppendCall(id=1, create=create)
+
+    for role in (GATEWAY, TOOLS, PLANNER):
+        call = events.stub(role).AppendStream(one_create(), metadata=tenant_metadata(TENANT))
+        assert await call.code() == grpc.StatusCode.PERMISSION_DENIED, role
+    lookup = events_pb2.GetWorkflowRequest(workflow_id="wf-forged", tenant_id=TENANT)
+    with pytest.raises(grpc.aio.AioRpcError) as missing:
+        await events.stub(GATEWAY).GetWorkflow(lookup)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    made = [answer async for answer in events.stub(EXECUTOR).AppendStream(one_create())]
+    assert [answer.workflow.workflow_id for answer in made] == ["wf-forged"]

@@ -169,6 +169,7 @@ def test_the_analysis_follows_a_request_stream_into_nested_messages() -> None:
         "request.batch_seq",
         "request.lease_epoch",
         "traceparent",
+        "create",
     ]
 
 

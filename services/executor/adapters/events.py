@@ -49,6 +49,7 @@ class GrpcWorkflowRegistry:
             spec_json=request.spec_json(),
             lease_owner=lease_owner,
             lease_ttl_seconds=lease_seconds,
+            over_stream=True,
         )
 
 
