@@ -13,8 +13,8 @@ cores, the sum across processes is what bounds many concurrent runs. With `--bas
 another checkout's five processes take their turns too: a change measured before and after
 in one run.
 
-    .venv/bin/python -m bench.suites.run_cpu [--ks 1 20] [--runs 40] [--json PATH]
-        [--baseline DIR ...]
+    .venv/bin/python -m bench.suites.run_cpu [--ks 1 20] [--runs 40] [--rounds 4]
+        [--json PATH] [--baseline DIR ...]
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ from tests.support.stack import Stack
 SERVICES = ("events", "tools", "planner", "executor", "gateway")
 WARM_UP_RUNS = 5
 ROUNDS = 4
-"""Turns each side takes at each K: load from elsewhere falls on both alike."""
+"""Turns each side takes at each K: load from elsewhere falls on both alike. Comparing
+checkouts whose difference is a few percent wants more (`--rounds 20`), since the machine
+drifts within a measurement."""
 
 Runner = Callable[[int], Awaitable[None]]
 
@@ -71,13 +73,15 @@ class _Side:
         }
 
 
-async def measure_k(k: int, runs: int, runners: dict[str, tuple[Runner, dict[str, int]]]) -> Any:
+async def measure_k(
+    k: int, runs: int, runners: dict[str, tuple[Runner, dict[str, int]]], rounds: int = ROUNDS
+) -> Any:
     """Every side at K, taking turns round by round (each goes first in turn); `runs` is a
-    multiple of ROUNDS."""
+    multiple of `rounds`."""
     sides = {name: _Side(run, pids) for name, (run, pids) in runners.items()}
     names = list(sides)
-    per_round = runs // ROUNDS
-    for round_number in range(ROUNDS):
+    per_round = runs // rounds
+    for round_number in range(rounds):
         shift = round_number % len(names)
         for name in names[shift:] + names[:shift]:
             await sides[name].measure(k, per_round)
@@ -95,7 +99,9 @@ def fit(ks: list[int], cpu_by_k: list[dict[str, float]]) -> dict[str, dict[str, 
     return lines
 
 
-async def measure(ks: list[int], runs: int, baselines: list[Path] | None = None) -> dict[str, Any]:
+async def measure(
+    ks: list[int], runs: int, baselines: list[Path] | None = None, rounds: int = ROUNDS
+) -> dict[str, Any]:
     names = baseline_names(baselines or [])
     with scripted_stack() as (model, stack), contextlib.ExitStack() as other:
         stacks = {"shuttle": stack} | {
@@ -115,7 +121,7 @@ async def measure(ks: list[int], runs: int, baselines: list[Path] | None = None)
                 for run, _ in runners.values():
                     for _ in range(WARM_UP_RUNS):
                         await run(ks[0])
-                by_k = {k: await measure_k(k, runs, runners) for k in ks}
+                by_k = {k: await measure_k(k, runs, runners, rounds) for k in ks}
         finally:
             for sides in opened.values():
                 await sides.close()
@@ -172,16 +178,20 @@ async def main() -> None:
         action="append",
         help="another checkout whose processes run as a side too (repeatable)",
     )
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="turns per side and K (4)")
     add_common_arguments(parser)
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     ks = sorted(set(args.ks or ([1, 5] if args.quick else [1, 20])))
     if len(ks) < 2:
         parser.error("--ks needs two values or more: the fit splits CPU by K")
     # Whole rounds: each side makes as many runs in each.
-    runs = max(ROUNDS, sized(args.runs, args.quick, full=40, small=8) // ROUNDS * ROUNDS)
-    figures = await measure(ks, runs, args.baseline)
+    rounds = args.rounds
+    runs = max(rounds, sized(args.runs, args.quick, full=40, small=8) // rounds * rounds)
+    figures = await measure(ks, runs, args.baseline, rounds)
     print_figures(figures)
-    save(args.json, "run_cpu", {"ks": ks, "runs": runs}, figures)
+    save(args.json, "run_cpu", {"ks": ks, "runs": runs, "rounds": rounds}, figures)
 
 
 if __name__ == "__main__":
