@@ -33,9 +33,9 @@ log = logging.getLogger(__name__)
 
 RECONNECT_FIRST_SECONDS = 0.05
 RECONNECT_MAX_SECONDS = 1.0
-# How long a feed with no run left to watch stays open. Runs one after another each opened
-# and closed a FollowCommands call, which cost a K = 1 run about 0.9 ms of CPU across
-# the executor and the events service (`python -m bench.suites.run_cpu`).
+# How long a feed with no run left to watch stays open. Closed at once, it made runs one
+# after another each open a FollowCommands call of their own: 0.3 to 1.0 ms of CPU per K = 1
+# run across the executor and the events service (`python -m bench.suites.run_cpu`).
 IDLE_CLOSE_SECONDS = 30.0
 
 
