@@ -16,7 +16,12 @@ from shuttle.v1 import events_pb2
 from .claims import claim_runs
 from .command_watches import CommandWatches, WatchItem
 from .errors import EventsError, InvalidArgument
-from .grpc_append_stream import AppendStreamCaller, append_stream_answers
+from .grpc_append_stream import (
+    AppendStreamCaller,
+    append_as_requested,
+    append_stream_answers,
+    create_as_requested,
+)
 from .grpc_status import abort_with, answered, status_of
 from .grpc_tenancy import agreed_tenant, caller_tenant
 from .leases import LeaseStore
@@ -49,19 +54,8 @@ class EventServiceServicer:
         request: events_pb2.CreateWorkflowRequest,
         context: grpc.aio.ServicerContext[events_pb2.CreateWorkflowRequest, events_pb2.Workflow],
     ) -> events_pb2.Workflow:
-        record = await answered(
-            context,
-            self._log.create_workflow(
-                tenant_id=await caller_tenant(context, request.tenant_id),
-                owner=request.owner,
-                query=request.query,
-                session_id=request.session_id,
-                workflow_id=request.workflow_id,
-                spec_json=request.spec_json,
-                lease_owner=request.lease_owner,
-                lease_ttl_ms=request.lease_ttl_ms,
-            ),
-        )
+        tenant = await caller_tenant(context, request.tenant_id)
+        record = await answered(context, create_as_requested(self._log, tenant, request))
         return workflow_message(record)
 
     async def GetWorkflow(
@@ -86,17 +80,7 @@ class EventServiceServicer:
             check_append("Append", caller_role.get(), batch)
         except EventsError as exc:
             await abort_with(context, exc)
-        seqs = await answered(
-            context,
-            self._log.append(
-                request.workflow_id,
-                tenant,
-                batch,
-                producer_id=request.producer_id,
-                batch_seq=request.batch_seq,
-                lease_epoch=request.lease_epoch,
-            ),
-        )
+        seqs = await answered(context, append_as_requested(self._log, tenant, request, batch))
         return events_pb2.AppendResponse(seqs=seqs)
 
     async def AppendStream(

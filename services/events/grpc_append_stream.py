@@ -24,6 +24,7 @@ from .grpc_status import status_of
 from .grpc_tenancy import agreed_tenant
 from .log import EventLog
 from .messages import new_events, workflow_message
+from .records import NewEvent, WorkflowRecord
 from .roles import check_append
 from .wire import SERVICE_NAME
 
@@ -74,14 +75,7 @@ async def _append(
         with _traced(call.traceparent, caller, "AppendStream", request.workflow_id):
             batch = new_events(request.events)
             check_append("AppendStream", caller.role, batch)
-            seqs = await caller.event_log.append(
-                request.workflow_id,
-                tenant,
-                batch,
-                producer_id=request.producer_id,
-                batch_seq=request.batch_seq,
-                lease_epoch=request.lease_epoch,
-            )
+            seqs = await append_as_requested(caller.event_log, tenant, request, batch)
     except Exception as exc:
         return _refused(call.id, exc, "append")
     return events_pb2.AppendAnswer(id=call.id, seqs=seqs)
@@ -94,19 +88,39 @@ async def _create(
     try:
         tenant = agreed_tenant(caller.tenant, create.tenant_id)
         with _traced(call.traceparent, caller, "CreateWorkflow", create.workflow_id):
-            record = await caller.event_log.create_workflow(
-                tenant_id=tenant,
-                owner=create.owner,
-                query=create.query,
-                session_id=create.session_id,
-                workflow_id=create.workflow_id,
-                spec_json=create.spec_json,
-                lease_owner=create.lease_owner,
-                lease_ttl_ms=create.lease_ttl_ms,
-            )
+            record = await create_as_requested(caller.event_log, tenant, create)
     except Exception as exc:
         return _refused(call.id, exc, "create")
     return events_pb2.AppendAnswer(id=call.id, workflow=workflow_message(record))
+
+
+async def append_as_requested(
+    event_log: EventLog, tenant: str, request: events_pb2.AppendRequest, batch: list[NewEvent]
+) -> list[int]:
+    """`batch` (the request's events, checked) appended as the request asks."""
+    return await event_log.append(
+        request.workflow_id,
+        tenant,
+        batch,
+        producer_id=request.producer_id,
+        batch_seq=request.batch_seq,
+        lease_epoch=request.lease_epoch,
+    )
+
+
+async def create_as_requested(
+    event_log: EventLog, tenant: str, request: events_pb2.CreateWorkflowRequest
+) -> WorkflowRecord:
+    return await event_log.create_workflow(
+        tenant_id=tenant,
+        owner=request.owner,
+        query=request.query,
+        session_id=request.session_id,
+        workflow_id=request.workflow_id,
+        spec_json=request.spec_json,
+        lease_owner=request.lease_owner,
+        lease_ttl_ms=request.lease_ttl_ms,
+    )
 
 
 def _traced(
