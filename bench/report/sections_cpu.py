@@ -80,7 +80,8 @@ service and the executor; the client is the benchmark's process, reading the run
 
 {_hundred_runs(ctx, ours)}What is left to win is CPU per run: gRPC's cost
 per call (about 0.5 ms of server CPU for a bare unary call, 0.2 ms for a message on a stream,
-measured on their own, which is why runs append over one `AppendStream` call), SQLAlchemy
+measured on their own, which is why runs are created and appended over one `AppendStream`
+call), SQLAlchemy
 executing statements, and the `openai` client in the executor.{_NOTES}"""
 
 
@@ -96,8 +97,9 @@ def _beyond_the_peer(ours: dict[str, dict[str, float]], hops: dict[str, dict[str
         f"Beyond the hops peer, a run costs {number(excess('all', 'fixed_ms'), 1)} ms of CPU "
         f"once and {number(excess('all', 'per_iteration_ms'), 2)} ms per tool round. Once per "
         f"run, {number(excess('events', 'fixed_ms'), 1)} ms of it is the events service's: "
-        "beyond the peer's log it creates the workflow with its lease (a unary call and a "
-        "transaction) and serves two readers of each run, the relay and the run's command "
+        "beyond the peer's log it creates the workflow with its lease (a message on the "
+        "executor's append stream, and a transaction) and serves two readers of each run, "
+        "the relay and the run's command "
         "watch, each opening with a read of the workflow for its tenant; "
         f"{number(excess('executor', 'fixed_ms'), 1)} ms is the executor's (the catalog, "
         "the workflow, the command watch, tracing and metrics). Per tool round, the tools "

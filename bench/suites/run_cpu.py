@@ -44,6 +44,10 @@ ROUNDS = 4
 checkouts whose difference is a few percent wants more (`--rounds 20`), since the machine
 drifts within a measurement."""
 
+ACTIVE_MS = 0.05
+"""CPU per run below which, at some K, a process is taken for one a run over Run never
+reaches (the planner, the gateway): what it spends is its own background work."""
+
 Runner = Callable[[int], Awaitable[None]]
 
 
@@ -128,19 +132,15 @@ async def measure(
     figures: dict[str, Any] = {"ks": ks, "runs": runs, "sides": {}, "fit": {}}
     for side in [*stacks, "hops"]:
         figures["sides"][side] = {str(k): by_k[k][side] for k in ks}
-        cpu = [_active(by_k[k][side]["cpu_ms_per_run"]) for k in ks]
-        figures["fit"][side] = fit(ks, [{n: c.get(n, 0.0) for n in cpu[-1]} for c in cpu])
+        cpu = [by_k[k][side]["cpu_ms_per_run"] for k in ks]
+        active = [name for name in cpu[0] if all(c[name] >= ACTIVE_MS for c in cpu)]
+        figures["fit"][side] = fit(ks, [{name: c[name] for name in active} for c in cpu])
     figures["bare_wall_ms_median"] = {str(k): by_k[k]["bare"]["wall_ms_median"] for k in ks}
     return figures
 
 
 def _pids(stack: Stack) -> dict[str, int]:
     return {name: stack.supervisor.processes[name].pid for name in SERVICES}
-
-
-def _active(cpu: dict[str, float]) -> dict[str, float]:
-    """Without the processes a run over Run never reaches (the planner, the gateway)."""
-    return {name: ms for name, ms in cpu.items() if ms >= 0.05}
 
 
 def print_figures(figures: dict[str, Any]) -> None:
