@@ -42,7 +42,7 @@ from gateway.stores.sessions import SessionStore
 from gateway.stores.task_index import TaskIndex
 from shuttle.db import create_engine
 from shuttle.settings import Settings
-from shuttle.sql_transactions import writes_for
+from shuttle.sqlite_in_place import small_writes_for
 
 log = logging.getLogger("gateway")
 
@@ -83,7 +83,7 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
         engine = create_engine(settings.sqlalchemy_url)
         await create_schema(engine)
         app.state.keys = KeyStore(engine)
-        writes = writes_for(engine)
+        writes = small_writes_for(engine)
         app.state.task_index = TaskIndex(engine, settings.idempotency_reservation_seconds, writes)
         app.state.sessions = SessionStore(engine, settings.session_history_max_bytes)
         app.state.backends = backends or Backends.connect(settings)

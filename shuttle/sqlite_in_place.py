@@ -23,8 +23,16 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from shuttle.db import run_pragmas, sqlite_sync_engine
+from shuttle.sql_transactions import (
+    EngineWrites,
+    SqliteWriter,
+    WriteTransactions,
+    engine_url,
+    usable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -127,3 +135,28 @@ class WriteInPlace:
             self._connection.close()
             self._connection = None
         self.engine.dispose()
+
+
+class InPlaceWrites:
+    """WriteTransactions of small transactions on a SQLite file: in place while the file is
+    free, else whole on the file's writer thread."""
+
+    def __init__(self, url: str, checkpoint_every: int = CHECKPOINT_EVERY) -> None:
+        self._writer = SqliteWriter(url)
+        self._in_place = WriteInPlace(url, self._writer.run, checkpoint_every)
+
+    async def write(
+        self, work: Callable[Concatenate[Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        return await self._in_place.write(work, *args, **kwargs)
+
+    async def close(self) -> None:
+        await self._in_place.close()
+        await self._writer.close()
+
+
+def small_writes_for(engine: AsyncEngine) -> WriteTransactions:
+    """Where a process's small write transactions go: in place on a SQLite file, else on
+    the engine itself."""
+    url = engine_url(engine)
+    return InPlaceWrites(url) if usable(url) else EngineWrites(engine)

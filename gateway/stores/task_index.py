@@ -73,9 +73,10 @@ class TaskIndex:
     ) -> None:
         self._engine = engine
         self._writes = writes or EngineWrites(engine)
-        """Where a submission's two transactions run, whole (a SQLite file's writer thread):
-        through aiosqlite each statement is several round trips to its thread, and a task's
-        two transactions cost the gateway three times the CPU."""
+        """Where a submission's two transactions run, whole (on a SQLite file in place, or
+        its writer thread while another writer holds it): through aiosqlite each statement
+        is several round trips to its thread, and a task's two transactions cost the gateway
+        three times the CPU."""
         self.stale_after_seconds = stale_after_seconds
         self._stale_after = timedelta(seconds=stale_after_seconds)
         """A reservation this old without a workflow is taken to be dead (its request died

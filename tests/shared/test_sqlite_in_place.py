@@ -14,8 +14,9 @@ import pytest
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError
 
-from shuttle.db import sqlite_sync_engine
-from shuttle.sqlite_in_place import WriteInPlace
+from shuttle.db import create_engine, sqlite_sync_engine
+from shuttle.sql_transactions import EngineWrites
+from shuttle.sqlite_in_place import WriteInPlace, small_writes_for
 
 COUNTER = "CREATE TABLE counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)"
 
@@ -130,3 +131,26 @@ async def test_the_log_is_checkpointed_on_a_worker_thread(database: Path, tmp_pa
     finally:
         reader.close()
     assert count(alone) == 21
+
+
+async def test_a_process_s_small_writes_go_in_place_then_to_its_writer_thread(
+    database: Path,
+) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{database}")
+    writes = small_writes_for(engine)
+    holder = sqlite3.connect(database, isolation_level=None, check_same_thread=False)
+    try:
+        assert await writes.write(bump, 1) == threading.current_thread().name
+        holder.execute("BEGIN IMMEDIATE")
+        holder.execute("UPDATE counter SET n = n + 10 WHERE id = 1")
+        threading.Timer(0.2, holder.execute, ("COMMIT",)).start()
+        # The file is held: the transaction waits its turn on the writer thread instead.
+        assert (await writes.write(bump, 1)).startswith("sqlite-writer")
+    finally:
+        holder.close()
+        await writes.close()
+        await engine.dispose()
+    assert count(database) == 12
+    in_memory = create_engine("sqlite+aiosqlite://")
+    assert isinstance(small_writes_for(in_memory), EngineWrites)
+    await in_memory.dispose()
