@@ -140,6 +140,10 @@ async def test_an_answer_cut_short_is_streamed_again_from_the_start(
     a, b = replicas
     workflow_id = await a.start(RunRequest(QUERY, TENANT))
     await until(lambda: model.held == 1, "the answer to be held after three deltas")
+    # Sent by the model is not yet read by the run: its owner stops only once they are logged.
+    await backends.first_event(
+        workflow_id, lambda e: e["type"] == "THREAD_MESSAGE_DELTA" and e["payload"]["index"] == 2
+    )
     await a.shutdown()
     b.start_takeovers()
     model.release()
