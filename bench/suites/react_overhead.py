@@ -31,14 +31,13 @@ import contextlib
 import statistics
 from collections.abc import Awaitable, Callable
 from functools import partial
-from pathlib import Path
 
 from bench.peers.hops import hops_peer
 from bench.support.persisting_sides import persisting_sides
 from bench.support.react_sides import Sides, open_sides, run_over, timed
 from bench.support.results import add_common_arguments, save, sized
 from bench.support.spread import Spread
-from bench.support.stack import baseline_names, checkout_env, running_stack, scripted_stack
+from bench.support.stack import add_baseline_argument, baseline_stacks, scripted_stack
 
 KS = (1, 5, 20, 50)
 Runner = Callable[[int], Awaitable[None]]
@@ -129,12 +128,8 @@ def print_table(result: dict[str, object], runs: int) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     runs = sized(args.runs, args.quick, full=10, small=3)
-    names = baseline_names(args.baseline or [])
     with scripted_stack() as (model, stack), contextlib.ExitStack() as other:
-        baseline_stacks = {
-            name: other.enter_context(running_stack(checkout_env(checkout), model.base_url))
-            for name, checkout in names.items()
-        }
+        checkouts = baseline_stacks(args.baseline, model.base_url, other)
         async with (
             hops_peer(model.base_url) as hops,
             persisting_sides(model.base_url) as persisting,
@@ -142,7 +137,7 @@ async def main(args: argparse.Namespace) -> None:
             sides = open_sides(model, stack)
             baselines = {
                 name: open_sides(model, running, with_langgraph=False)
-                for name, running in baseline_stacks.items()
+                for name, running in checkouts.items()
             }
             try:
                 if sides.langgraph is None:
@@ -166,11 +161,6 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, help="runs per side and K (default 10, quick 3)")
-    parser.add_argument(
-        "--baseline",
-        type=Path,
-        action="append",
-        help="another checkout whose processes run as a side too (repeatable)",
-    )
+    add_baseline_argument(parser)
     add_common_arguments(parser)
     asyncio.run(main(parser.parse_args()))

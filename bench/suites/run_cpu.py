@@ -34,7 +34,7 @@ from bench.peers.hops import hops_peer
 from bench.support.meters import CpuMeter
 from bench.support.react_sides import open_sides, run_over
 from bench.support.results import add_common_arguments, save, sized
-from bench.support.stack import baseline_names, checkout_env, running_stack, scripted_stack
+from bench.support.stack import add_baseline_argument, baseline_stacks, scripted_stack
 from tests.support.stack import Stack
 
 SERVICES = ("events", "tools", "planner", "executor", "gateway")
@@ -106,12 +106,8 @@ def fit(ks: list[int], cpu_by_k: list[dict[str, float]]) -> dict[str, dict[str, 
 async def measure(
     ks: list[int], runs: int, baselines: list[Path] | None = None, rounds: int = ROUNDS
 ) -> dict[str, Any]:
-    names = baseline_names(baselines or [])
     with scripted_stack() as (model, stack), contextlib.ExitStack() as other:
-        stacks = {"shuttle": stack} | {
-            name: other.enter_context(running_stack(checkout_env(checkout), model.base_url))
-            for name, checkout in names.items()
-        }
+        stacks = {"shuttle": stack} | baseline_stacks(baselines, model.base_url, other)
         opened = {name: open_sides(model, s, with_langgraph=False) for name, s in stacks.items()}
         client = os.getpid()
         try:
@@ -172,12 +168,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ks", type=int, nargs="+", help="tool rounds per run (1 20)")
     parser.add_argument("--runs", type=int, help="measured runs per side and K (40; quick 8)")
-    parser.add_argument(
-        "--baseline",
-        type=Path,
-        action="append",
-        help="another checkout whose processes run as a side too (repeatable)",
-    )
+    add_baseline_argument(parser)
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="turns per side and K (4)")
     add_common_arguments(parser)
     args = parser.parse_args()

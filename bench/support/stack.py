@@ -3,6 +3,7 @@ another checkout's five as a side of their own (`--baseline DIR`)."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import tempfile
 from collections.abc import Iterator
@@ -43,6 +44,26 @@ def scripted_stack(latency_seconds: float = 0.0) -> Iterator[tuple[ModelProcess,
         running_stack(STACK_ENV, model.base_url) as stack,
     ):
         yield model, stack
+
+
+def add_baseline_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        action="append",
+        help="another checkout whose processes run as a side too (repeatable)",
+    )
+
+
+def baseline_stacks(
+    checkouts: list[Path] | None, openai_base_url: str, exits: contextlib.ExitStack
+) -> dict[str, Stack]:
+    """Each checkout's five processes against the same model, by side name (see
+    `baseline_names`), stopped with `exits`."""
+    return {
+        name: exits.enter_context(running_stack(checkout_env(checkout), openai_base_url))
+        for name, checkout in baseline_names(checkouts or []).items()
+    }
 
 
 def baseline_names(checkouts: list[Path]) -> dict[str, Path]:
