@@ -4,6 +4,7 @@ outlives a restart, and it goes with its workflow or past the retention."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -17,8 +18,8 @@ from sqlalchemy import select
 from services.tools.__main__ import build
 from services.tools.db import tool_ledger
 from services.tools.ledger import LedgerRetention, arguments_hash
-from services.tools.ledger_storage import ledger_url
-from shuttle.db import create_engine
+from services.tools.ledger_storage import LEDGER_PAGE_BYTES, ledger_url
+from shuttle.db import create_engine, sqlite_path
 from shuttle.settings import Settings
 from shuttle.v1 import tools_pb2
 from tests.tools.ledger_support import (
@@ -214,3 +215,23 @@ def test_a_sqlite_databases_ledger_is_a_file_beside_it() -> None:
     )
     for shared in ("sqlite+aiosqlite://", "postgresql+asyncpg://u@db:5432/shuttle"):
         assert ledger_url(shared) == shared
+
+
+def page_size(database_url: str) -> int:
+    path = sqlite_path(database_url)
+    assert path is not None
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("PRAGMA page_size").fetchone()[0])
+
+
+async def test_the_ledger_file_is_made_with_small_pages_and_keeps_them(
+    settings: Settings,
+) -> None:
+    async with serving(settings) as stub:
+        await stub.Execute(append("one"))
+    ledger = ledger_url(settings.sqlalchemy_url)
+    assert page_size(ledger) == LEDGER_PAGE_BYTES < page_size(settings.sqlalchemy_url)
+    async with serving(settings) as stub:  # reopened: the file and its record as they were
+        assert (await stub.Execute(append("one"))).error == ""
+    assert page_size(ledger) == LEDGER_PAGE_BYTES
+    assert logged_lines(settings.workspace_root) == ["one"]
