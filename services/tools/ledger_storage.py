@@ -45,8 +45,8 @@ CHECKPOINT_EVERY = 1000
 # The ledger file's pages. Each statement writes every page it changes to the log whole (an
 # INSERT three, an UPDATE one), though a call's row is a few hundred bytes. Inside the running
 # stack the tools service spent 0.40 ms of CPU per call on the ledger at SQLite's default
-# 4 KiB, 0.27 ms at 1 KiB (medians of five `bench.suites.run_cpu` runs). A file made before
-# keeps its pages.
+# 4 KiB, 0.33 ms at 1 KiB (medians of nine `bench.suites.run_cpu` runs; lower in six).
+# A file made before keeps its pages.
 LEDGER_PAGE_BYTES = 1024
 
 
