@@ -40,7 +40,7 @@ from shuttle.sqlite_in_place import Checkpoints, locked, never_waiting_engine
 
 LEDGER_FILE_SUFFIX = "-tool-ledger"
 # Statements written in place between two checkpoints: about 2 MiB of log (a call's two
-# write four pages).
+# statements write four pages).
 CHECKPOINT_EVERY = 1000
 # The ledger file's pages. Each statement writes every page it changes to the log whole (an
 # INSERT three, an UPDATE one), though a call's row is a few hundred bytes. Inside the running
