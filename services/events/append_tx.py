@@ -27,9 +27,12 @@ from sqlalchemy import (
     Update,
     bindparam,
     case,
+    literal,
     select,
     update,
 )
+
+from shuttle.sqlite_statements import first_value
 
 from .bulk_insert import insert_rows
 from .errors import EventsError, FailedPrecondition, Fenced, InvalidArgument, NotFound
@@ -77,7 +80,7 @@ def append_group(
     for run in _runs(order, requests, updates):
         first = requests[run[0]]
         count = sum(len(requests[i].batch) for i in run)
-        last_seq = conn.execute(*_bump_for(first, updates[run[0]], count, now)).scalar()
+        last_seq = first_value(conn, *_bump_for(first, updates[run[0]], count, now))
         if last_seq is None:
             for index in run:
                 try:
@@ -210,6 +213,11 @@ def _bump(values: dict[str, Any], fenced: bool) -> Update:
     return statement.values(values).returning(workflows.c.last_seq)
 
 
+# One bound value each rather than one list Core expands as it runs, so the statement also
+# runs straight on sqlite3 (shuttle.sqlite_statements).
+_TERMINAL_VALUES = [literal(status.value) for status in TERMINAL_STATUSES]
+
+
 @functools.cache
 def _bump_statement(
     columns: tuple[str, ...], sets_status: bool, terminal: bool, *, fenced: bool
@@ -227,7 +235,7 @@ def _bump_statement(
     if sets_status:
         # A finished workflow stays finished whatever a late producer reports.
         values["status"] = case(
-            (workflows.c.status.in_([s.value for s in TERMINAL_STATUSES]), workflows.c.status),
+            (workflows.c.status.in_(_TERMINAL_VALUES), workflows.c.status),
             else_=bindparam("v_status", type_=workflows.c.status.type),
         )
         if terminal:

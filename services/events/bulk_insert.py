@@ -20,6 +20,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Dialect, Table, insert
 
+from shuttle.sqlite_statements import execute_many
+
 
 @dataclass(frozen=True)
 class _Plan:
@@ -50,9 +52,9 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
             except KeyError:
                 row[position] = converted[value] = process(value)
     if plan.positional:
-        conn.exec_driver_sql(plan.sql, [tuple(row) for row in values])
+        execute_many(conn, plan.sql, [tuple(row) for row in values])
     else:
-        conn.exec_driver_sql(plan.sql, [dict(zip(plan.keys, row, strict=True)) for row in values])
+        execute_many(conn, plan.sql, [dict(zip(plan.keys, row, strict=True)) for row in values])
 
 
 @functools.lru_cache(maxsize=64)

@@ -18,13 +18,10 @@ its turn, and a worker thread checkpoints the log.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, event
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -37,6 +34,7 @@ from shuttle.db import create_engine, run_pragmas, sqlite_path
 from shuttle.grpc_server import Cleanup
 from shuttle.sql_transactions import WriteTransactions, engine_url, writes_for
 from shuttle.sqlite_in_place import Checkpoints, locked, never_waiting_engine
+from shuttle.sqlite_statements import SqliteStatements
 
 LEDGER_FILE_SUFFIX = "-tool-ledger"
 # Statements written in place between two checkpoints: about 2 MiB of log (a call's two
@@ -91,31 +89,10 @@ def _small_pages(dbapi_connection: Any, _record: object) -> None:
     run_pragmas(dbapi_connection, f"page_size={LEDGER_PAGE_BYTES}")
 
 
-@dataclass(frozen=True)
-class _Compiled:
-    """A statement as SQLite text with positional parameters: each parameter's name, in
-    order, and its conversion."""
-
-    sql: str
-    conversions: tuple[tuple[str, Callable[[Any], Any] | None], ...]
-
-    def bind(self, parameters: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(
-            parameters[name] if convert is None else convert(parameters[name])
-            for name, convert in self.conversions
-        )
-
-
 class InPlaceStatements:
     """The ledger's statements of a call, each its own transaction, run on the calling thread
-    straight on sqlite3 while the file is free at once; otherwise through `fallback`.
-
-    Each statement is compiled by SQLAlchemy once (per list of parameter names), with the
-    columns' own bind conversions, and then run on the DBAPI connection: through Core's
-    execution context a statement cost 50 µs more than its 10 µs in SQLite, and a call runs
-    two (`python -m bench.suites.tool_ledger`). Parameters go by position: by name, sqlite3
-    looks each one up in a dict, about 2 µs a statement for the ledger's 17 columns.
-    """
+    straight on sqlite3 (shuttle/sqlite_statements.py) while the file is free at once;
+    otherwise through `fallback`."""
 
     def __init__(
         self, url: str, fallback: WriteTransactions, checkpoint_every: int = CHECKPOINT_EVERY
@@ -123,41 +100,22 @@ class InPlaceStatements:
         self._fallback = fallback
         self._engine: Engine = never_waiting_engine(url)
         self._checkpoints = Checkpoints(self._engine, checkpoint_every)
-        self._dialect = sqlite.dialect(paramstyle="qmark")
-        self._compiled: dict[tuple[UpdateBase, tuple[str, ...]], _Compiled] = {}
+        self._statements = SqliteStatements()
         self._raw: PoolProxiedConnection | None = None
 
     async def execute(self, statement: UpdateBase, parameters: dict[str, Any]) -> int:
         """Rows the statement touched."""
-        compiled = self._compile(statement, parameters)
         if self._raw is None:
             self._raw = self._engine.raw_connection()
         connection: sqlite3.Connection = self._raw.driver_connection  # type: ignore[assignment]
         try:
-            touched = connection.execute(compiled.sql, compiled.bind(parameters)).rowcount
-            connection.commit()
-        except sqlite3.Error as exc:
-            connection.rollback()
-            if locked(exc):
+            touched = self._statements.commit_alone(connection, statement, parameters)
+        except DBAPIError as exc:
+            if locked(exc.orig or exc):
                 return await self._fallback.write(execute_statement, statement, parameters)
-            raise DBAPIError.instance(compiled.sql, parameters, exc, sqlite3.Error) from exc
+            raise
         self._checkpoints.written()
         return touched
-
-    def _compile(self, statement: UpdateBase, parameters: dict[str, Any]) -> _Compiled:
-        # The ledger builds each statement's parameters in one order: a tuple keys it.
-        key = (statement, tuple(parameters))
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            # column_keys: an UPDATE without values() sets the columns its parameters name.
-            sql = statement.compile(dialect=self._dialect, column_keys=list(parameters))
-            assert sql.positiontup is not None  # qmark: the parameters' order
-            conversions = tuple(
-                (name, sql.binds[name].type.bind_processor(self._dialect))
-                for name in sql.positiontup
-            )
-            compiled = self._compiled[key] = _Compiled(str(sql), conversions)
-        return compiled
 
     async def close(self) -> None:
         await self._checkpoints.close()

@@ -8,12 +8,14 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import Column, Connection, MetaData, Table, Text, insert, select
+from sqlalchemy import Column, Connection, MetaData, Table, Text, event, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.events.bulk_insert import insert_rows
+from services.events.migrate import migrate
 from services.events.models import events, workflows
+from shuttle.db import create_engine, sqlite_sync_engine
 
 T = TypeVar("T")
 
@@ -82,6 +84,30 @@ async def test_rows_read_back_as_sqlalchemy_wrote_them(engine: AsyncEngine) -> N
     assert held_by_bulk == held_by_sqlalchemy
     assert [row["timestamp"] for row in by_bulk] == TIMESTAMPS
     assert all(row["timestamp"].tzinfo is not None for row in by_bulk)
+
+
+async def test_straight_on_sqlite3_rows_read_back_as_sqlalchemy_wrote_them(
+    database_url: str,
+) -> None:
+    """On the synchronous driver (the store's in-place and writer-thread transactions) the
+    rows skip Core's execution."""
+    setup = create_engine(database_url)
+    await migrate(setup)
+    await setup.dispose()
+    engine = sqlite_sync_engine(database_url)
+    through_core: list[str] = []
+    event.listen(
+        engine, "before_cursor_execute", lambda *args: through_core.append(args[2].split()[0])
+    )
+    with engine.begin() as conn:
+        _write(conn)
+    assert through_core == ["INSERT", "INSERT"]  # _write's own two, by SQLAlchemy
+    with engine.connect() as conn:
+        assert _read(conn, "wf-bulk") == _read(conn, "wf-sa")
+        assert _stored_as(conn, "wf-bulk") == _stored_as(conn, "wf-sa")
+    with pytest.raises(IntegrityError), engine.begin() as conn:
+        insert_rows(conn, events, _rows("wf-bulk")[:1])
+    engine.dispose()
 
 
 async def test_a_row_missing_a_column_is_refused(engine: AsyncEngine) -> None:
