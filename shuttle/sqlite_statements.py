@@ -50,17 +50,20 @@ class SqliteStatements:
 
     def __init__(self) -> None:
         self._dialect = sqlite.dialect(paramstyle="qmark")
-        self._compiled: dict[tuple[UpdateBase, tuple[str, ...]], CompiledStatement | None] = {}
+        self._compiled: dict[
+            tuple[UpdateBase, tuple[str, ...], bool], CompiledStatement | None
+        ] = {}
 
     def compile(
         self, statement: UpdateBase, parameters: dict[str, Any], *, sets_named: bool = False
     ) -> CompiledStatement | None:
         """`statement` for these parameter names (each call names them in one order: the
-        tuple keys the cache); None when a value it binds is made as it runs (an IN list
-        given as one parameter, which only Core's execution expands, or a callable).
+        tuple keys the cache, with `sets_named`); None when a value it binds is made as it
+        runs (an IN list given as one parameter, which only Core's execution expands, or a
+        callable).
         `sets_named`: an INSERT or UPDATE without values() sets the columns its parameters
         name."""
-        key = (statement, tuple(parameters))
+        key = (statement, tuple(parameters), sets_named)
         try:
             return self._compiled[key]
         except KeyError:

@@ -201,3 +201,22 @@ def test_a_statement_expanding_a_value_is_refused_alone(engine: Engine) -> None:
     finally:
         raw.close()
     assert stored(engine)["a"][0] == 0
+
+
+def test_a_statement_is_compiled_apart_for_the_columns_its_parameters_name(
+    engine: Engine,
+) -> None:
+    """The same statement and parameters, compiled to set the columns they name and not:
+    two statements, never one taken for the other."""
+    statements = SqliteStatements()
+    set_n = update(counters).where(counters.c.id == bindparam("key"))
+    parameters = {"key": "a", "n": 9}
+    raw = engine.raw_connection()
+    driver: sqlite3.Connection = raw.driver_connection  # type: ignore[assignment]
+    try:
+        assert statements.commit_alone(driver, set_n, parameters) == 1
+        # Without the names, the UPDATE sets every column, and these parameters lack most.
+        assert statements.execute(driver, set_n, parameters) is None
+    finally:
+        raw.close()
+    assert stored(engine)["a"][0] == 9
